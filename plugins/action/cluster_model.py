@@ -1,0 +1,96 @@
+# Copyright: junkyard.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin: validate the whole inventory once and return the cluster model."""
+
+from __future__ import annotations
+
+import re
+
+from ansible.errors import AnsibleActionFail
+from ansible.parsing.vault import VaultHelper
+from ansible.plugins.action import ActionBase
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
+
+
+CLUSTER_KEYS = (
+    "name", "domain", "networks", "writable_paths", "writable_failure_policy",
+    "hardware_profiles", "images", "pool", "data_datasets", "tftp_root", "nfs_version",
+)
+NODE_KEYS = ("node_profile", "node_image", "node_image_version", "node_interfaces")
+ENV_LOOKUP_RE = re.compile(r"""(lookup|query|q)\(\s*['"](ansible\.builtin\.)?env['"]""")
+VAR_REF_RE = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
+
+
+def secret_verdict(value, raw_vars, depth=0):
+    """Tell how a raw (untemplated) secret is supplied: vault, env, absent or plain."""
+    if value is None or value == "":
+        return "absent"
+    if VaultHelper.get_ciphertext(value, with_tags=False) is not None:
+        return "vault"
+    if not isinstance(value, str):
+        return "plain"
+    if ENV_LOOKUP_RE.search(value):
+        return "env"
+    ref = VAR_REF_RE.match(value)
+    if ref and depth < 5 and ref.group(1) in raw_vars:
+        return secret_verdict(raw_vars[ref.group(1)], raw_vars, depth + 1)
+    return "plain"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset(("head_group", "node_group"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        head_group = self._task.args.get("head_group", "storage_head")
+        node_group = self._task.args.get("node_group", "gpu_nodes")
+        groups = task_vars.get("groups", {})
+        hostvars = task_vars["hostvars"]
+
+        cluster = {}
+        for key in CLUSTER_KEYS:
+            name = f"cluster_{key}"
+            if name in task_vars:
+                cluster[key] = self._templar.template(task_vars[name])
+
+        heads = groups.get(head_group, [])
+        head = {}
+        errors = []
+        if len(heads) == 1:
+            head = {"name": heads[0],
+                    "vars": {"head_interfaces": hostvars[heads[0]].get("head_interfaces")}}
+        elif len(heads) > 1:
+            errors.append(f"cluster: the group {head_group} holds {len(heads)} hosts "
+                          f"({', '.join(heads)}); it must hold exactly one storage head")
+
+        nodes, secrets = {}, {}
+        for host in groups.get(node_group, []):
+            hv = hostvars[host]
+            node = {key: hv.get(key) for key in NODE_KEYS}
+            raw = hostvars.raw_get(host)
+            bmc_raw = raw.get("node_bmc")
+            defaults_raw = raw.get("node_bmc_defaults")
+            if isinstance(defaults_raw, dict) and isinstance(bmc_raw, dict):
+                bmc_raw = {**defaults_raw, **bmc_raw}
+            if isinstance(bmc_raw, dict):
+                templar = self._templar.copy_with_new_env(available_variables=raw)
+                node["node_bmc"] = {k: templar.template(v) for k, v in bmc_raw.items()
+                                    if k != "password"}
+                secrets[host] = secret_verdict(bmc_raw.get("password"), raw)
+            else:
+                node["node_bmc"] = bmc_raw
+            nodes[host] = node
+
+        model, model_errors = build_model(
+            {"cluster": cluster, "head": head, "nodes": nodes, "secrets": secrets})
+        errors.extend(model_errors)
+        if errors:
+            raise AnsibleActionFail(
+                f"The inventory is refused ({len(errors)} problem"
+                f"{'s' if len(errors) != 1 else ''}):\n- " + "\n- ".join(errors),
+                result={"errors": errors})
+        result.update(changed=False, model=model)
+        return result
