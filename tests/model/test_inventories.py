@@ -1,0 +1,381 @@
+"""The cluster model refuses bad inventories before anything changes.
+
+Every case takes the lab inventory, breaks one thing, and runs
+playbooks/model.yml through ansible-runner: the run must fail, and the error
+must name the host, the field and the value.  The valid inventories of the
+repository (and a vaulted BMC password) must be accepted.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+LAB = REPO / "inventories" / "lab"
+MODEL_PLAYBOOK = REPO / "playbooks" / "model.yml"
+
+
+def _load_lab():
+    return {
+        "hosts": yaml.safe_load((LAB / "hosts.yml").read_text()),
+        "cluster": yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text()),
+        "nodes_group": yaml.safe_load((LAB / "group_vars" / "gpu_nodes.yml").read_text()),
+    }
+
+
+def _node(inv, name):
+    return inv["hosts"]["all"]["children"]["gpu_nodes"]["hosts"][name]
+
+
+def _head(inv):
+    return inv["hosts"]["all"]["children"]["storage_head"]["hosts"]["head"]
+
+
+def _write(inv, tmp_path, extra_files=None):
+    d = tmp_path / "inventory"
+    (d / "group_vars" / "all").mkdir(parents=True)
+    (d / "hosts.yml").write_text(yaml.safe_dump(inv["hosts"], sort_keys=False))
+    (d / "group_vars" / "all" / "cluster.yml").write_text(
+        yaml.safe_dump(inv["cluster"], sort_keys=False))
+    (d / "group_vars" / "gpu_nodes.yml").write_text(
+        yaml.safe_dump(inv["nodes_group"], sort_keys=False))
+    for rel, text in (extra_files or {}).items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    return d
+
+
+def _run(inv_dir, tmp_path, extravars=None, cmdline=""):
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    r = ansible_runner.run(
+        private_data_dir=str(pdd),
+        playbook=str(MODEL_PLAYBOOK),
+        inventory=str(inv_dir / "hosts.yml"),
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "JUNKYARD_LAB_BMC_PASSWORD": "from-env"},
+        extravars=extravars or {},
+        cmdline=cmdline,
+        quiet=True,
+        json_mode=False,
+    )
+    out = r.stdout.read()
+    shutil.rmtree(pdd / "artifacts", ignore_errors=True)
+    return r, out
+
+
+# --- the mutations ---------------------------------------------------------
+
+
+def m_dup_mgmt_mac(inv):
+    _node(inv, "node02")["node_interfaces"]["mgmt"]["mac"] = "52:54:00:77:00:11"
+
+
+def m_dup_mgmt_ip(inv):
+    _node(inv, "node02")["node_interfaces"]["mgmt"]["ip"] = "10.77.0.11"
+
+
+def m_dup_data_ip_with_head(inv):
+    _node(inv, "node01")["node_interfaces"]["data"]["ip"] = "10.78.0.1"
+
+
+def m_dup_data_mac(inv):
+    _node(inv, "node02")["node_interfaces"]["data"]["mac"] = "52:54:00:78:00:11"
+
+
+def m_dup_bmc(inv):
+    _node(inv, "node02")["node_bmc"]["port"] = 6231
+
+
+def m_mgmt_ip_outside(inv):
+    _node(inv, "node02")["node_interfaces"]["mgmt"]["ip"] = "10.78.0.14"
+
+
+def m_data_ip_outside(inv):
+    _node(inv, "node01")["node_interfaces"]["data"]["ip"] = "192.168.5.3"
+
+
+def m_head_ip_outside(inv):
+    _head(inv)["head_interfaces"]["mgmt"]["ip"] = "10.77.1.1"
+
+
+def m_bmc_outside(inv):
+    _node(inv, "node01")["node_bmc"]["address"] = "10.99.0.5"
+
+
+def m_ip_is_network_address(inv):
+    _node(inv, "node01")["node_interfaces"]["mgmt"]["ip"] = "10.77.0.0"
+
+
+def m_bad_mac(inv):
+    _node(inv, "node01")["node_interfaces"]["mgmt"]["mac"] = "52:54:00:77:00"
+
+
+def m_unknown_profile(inv):
+    _node(inv, "node02")["node_profile"] = "g292-z99"
+
+
+def m_unknown_image(inv):
+    _node(inv, "node01")["node_image"] = "trixie"
+
+
+def _gpu_profile(inv):
+    prof = copy.deepcopy(inv["cluster"]["cluster_hardware_profiles"]["lab-vm"])
+    prof["gpu"] = {"model": "MI100", "count": 4, "gfx_target": "gfx908"}
+    prof["fan_zones"] = [{"name": "front", "fan_id": 1, "gpus": [0, 1]},
+                         {"name": "rear", "fan_id": 2, "gpus": [2, 3]}]
+    inv["cluster"]["cluster_hardware_profiles"]["quad"] = prof
+    return prof
+
+
+def m_zone_names_missing_gpu(inv):
+    _gpu_profile(inv)["fan_zones"][1]["gpus"] = [2, 3, 4]
+
+
+def m_zone_gpu_twice(inv):
+    _gpu_profile(inv)["fan_zones"][1]["gpus"] = [1, 2, 3]
+
+
+def m_bad_gfx(inv):
+    _gpu_profile(inv)["gpu"]["gfx_target"] = "mi100"
+
+
+def m_writable_relative(inv):
+    inv["cluster"]["cluster_writable_paths"].append({"path": "var/cache", "kind": "tmpfs"})
+
+
+def m_writable_repeated(inv):
+    inv["cluster"]["cluster_writable_paths"].append({"path": "/var/log", "kind": "tmpfs"})
+
+
+def m_writable_nested(inv):
+    inv["cluster"]["cluster_writable_paths"].append({"path": "/var/log/journal",
+                                                     "kind": "tmpfs"})
+
+
+def m_writable_kind(inv):
+    inv["cluster"]["cluster_writable_paths"][2]["kind"] = "ramdisk"
+
+
+def m_draid_too_wide(inv):
+    inv["cluster"]["cluster_pool"]["vdevs"][0]["data"] = 10
+
+
+def m_draid_children(inv):
+    inv["cluster"]["cluster_pool"]["vdevs"][0]["children"] = 14
+
+
+def m_disk_twice(inv):
+    inv["cluster"]["cluster_pool"]["special"][0]["disks"][1] = "/dev/disk/by-id/virtio-jydisk05"
+
+
+def m_mirror_one_disk(inv):
+    inv["cluster"]["cluster_pool"]["special"][0]["disks"].pop()
+
+
+def m_plain_password(inv):
+    _node(inv, "node02")["node_bmc"]["password"] = "hunter2"
+
+
+def m_plain_password_via_var(inv):
+    _node(inv, "node01")["node_bmc"]["password"] = "{{ bmc_secret }}"
+    _node(inv, "node01")["bmc_secret"] = "hunter2"
+
+
+def m_two_heads(inv):
+    inv["hosts"]["all"]["children"]["storage_head"]["hosts"]["head2"] = {
+        "head_interfaces": {"mgmt": {"ip": "10.77.0.2"}, "data": {"ip": "10.78.0.2"}}}
+
+
+def m_no_groups(inv):
+    inv["hosts"] = {"all": {"hosts": {"head": _head(inv)}}}
+
+
+def m_head_is_node(inv):
+    inv["hosts"]["all"]["children"]["gpu_nodes"]["hosts"]["head"] = copy.deepcopy(
+        _node(inv, "node01"))
+
+
+def m_subnet_host_bits(inv):
+    inv["cluster"]["cluster_networks"]["mgmt"]["subnet"] = "10.77.0.1/24"
+
+
+def m_overlapping_networks(inv):
+    inv["cluster"]["cluster_networks"]["data"]["subnet"] = "10.77.0.0/16"
+    for n in ("node01", "node02"):
+        _node(inv, n)["node_interfaces"]["data"]["ip"] = _node(
+            inv, n)["node_interfaces"]["mgmt"]["ip"].replace("10.77.0", "10.77.9")
+    _head(inv)["head_interfaces"]["data"]["ip"] = "10.77.9.1"
+
+
+def m_missing_bmc_network(inv):
+    del inv["cluster"]["cluster_networks"]["bmc"]
+
+
+def m_failure_policy(inv):
+    inv["cluster"]["cluster_writable_failure_policy"] = "ignore"
+
+
+def m_bad_version(inv):
+    _node(inv, "node02")["node_image_version"] = "v2/../../etc"
+
+
+def m_bad_hostname(inv):
+    hosts = inv["hosts"]["all"]["children"]["gpu_nodes"]["hosts"]
+    hosts["Node_03"] = copy.deepcopy(hosts["node01"])
+    hosts["Node_03"]["node_interfaces"]["mgmt"].update(mac="52:54:00:77:00:13", ip="10.77.0.13")
+    hosts["Node_03"]["node_interfaces"]["data"].update(mac="52:54:00:78:00:13", ip="10.78.0.13")
+    hosts["Node_03"]["node_bmc"]["port"] = 6233
+
+
+def m_networks_wrong_type(inv):
+    inv["cluster"]["cluster_networks"] = "10.77.0.0/24"
+
+
+CASES = [
+    (m_dup_mgmt_mac, "node02: node_interfaces.mgmt.mac 52:54:00:77:00:11 is already used by "
+     "node01 (node_interfaces.mgmt.mac) on the management network"),
+    (m_dup_mgmt_ip, "node02: node_interfaces.mgmt.ip 10.77.0.11 is already used by node01"),
+    (m_dup_data_ip_with_head, "node01: node_interfaces.data.ip 10.78.0.1 is already used by "
+     "head (head_interfaces.data.ip) on the data network"),
+    (m_dup_data_mac, "node02: node_interfaces.data.mac 52:54:00:78:00:11 is already used"),
+    (m_dup_bmc, "node02: node_bmc.address:port 127.0.0.1:6231 is already used by node01"),
+    (m_mgmt_ip_outside, "node02: node_interfaces.mgmt.ip 10.78.0.14 is not in the management "
+     "subnet 10.77.0.0/24"),
+    (m_data_ip_outside, "node01: node_interfaces.data.ip 192.168.5.3 is not in the data subnet "
+     "10.78.0.0/24"),
+    (m_head_ip_outside, "head: head_interfaces.mgmt.ip 10.77.1.1 is not in the management "
+     "subnet 10.77.0.0/24"),
+    (m_bmc_outside, "node01: node_bmc.address 10.99.0.5 is not in the BMC subnet 127.0.0.0/8"),
+    (m_ip_is_network_address, "node01: node_interfaces.mgmt.ip 10.77.0.0 is the network or "
+     "broadcast address"),
+    (m_bad_mac, "node01: node_interfaces.mgmt.mac 52:54:00:77:00 is not a MAC address"),
+    (m_unknown_profile, "node02: node_profile g292-z99 is not a hardware profile in "
+     "cluster_hardware_profiles (lab-vm)"),
+    (m_unknown_image, "node01: node_image trixie is not an image in cluster_images (bookworm)"),
+    (m_zone_names_missing_gpu, "cluster: cluster_hardware_profiles.quad.fan_zones[1].gpus 4 "
+     "names a GPU the profile does not have (it has 4: 0..3)"),
+    (m_zone_gpu_twice, "cluster: cluster_hardware_profiles.quad.fan_zones[1].gpus 1 is already "
+     "cooled by zone front"),
+    (m_bad_gfx, "cluster: cluster_hardware_profiles.quad.gpu.gfx_target mi100 is not a gfx target"),
+    (m_writable_relative, "cluster: cluster_writable_paths[7].path var/cache is not an absolute "
+     "path"),
+    (m_writable_repeated, "cluster: cluster_writable_paths[7].path /var/log repeats "
+     "cluster_writable_paths[0]"),
+    (m_writable_nested, "cluster: cluster_writable_paths[7].path /var/log/journal is nested with "
+     "cluster_writable_paths[0] (/var/log/journal inside /var/log)"),
+    (m_writable_kind, "cluster: cluster_writable_paths[2].kind ramdisk is not a writable path "
+     "kind (persistent, tmpfs, overlay)"),
+    (m_draid_too_wide, "cluster: cluster_pool.vdevs[0] draid2:10d:12c:1s cannot be built from "
+     "12 disks"),
+    (m_draid_children, "cluster: cluster_pool.vdevs[0].children 14 does not match the 12 disks "
+     "listed"),
+    (m_disk_twice, "cluster: cluster_pool.special[0].disks /dev/disk/by-id/virtio-jydisk05 is "
+     "already used in cluster_pool.vdevs[0]"),
+    (m_mirror_one_disk, "cluster: cluster_pool.special[0].disks 1 disks cannot build a mirror"),
+    (m_plain_password, "node02: node_bmc.password <hidden> is given in plain text"),
+    (m_plain_password_via_var, "node01: node_bmc.password <hidden> is given in plain text"),
+    (m_two_heads, "must define the group storage_head with exactly one host and the group "
+     "gpu_nodes (found storage_head: ['head', 'head2']"),
+    (m_no_groups, "must define the group storage_head with exactly one host"),
+    (m_head_is_node, "head: inventory_hostname head is both the storage head and a node"),
+    (m_subnet_host_bits, "cluster: cluster_networks.mgmt.subnet 10.77.0.1/24 is not a valid "
+     "network address"),
+    (m_overlapping_networks, "cluster: cluster_networks.data.subnet 10.77.0.0/16 overlaps the "
+     "management subnet 10.77.0.0/24"),
+    (m_missing_bmc_network, "cluster_networks"),
+    (m_failure_policy, "cluster_writable_failure_policy"),
+    (m_bad_version, "node02: node_image_version v2/../../etc is not a version name"),
+    (m_bad_hostname, "Node_03: inventory_hostname Node_03 is not a valid host name"),
+    (m_networks_wrong_type, "cluster_networks"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), CASES, ids=[c[0].__name__[2:] for c in CASES])
+def test_bad_inventory_is_refused(tmp_path, mutate, expected):
+    inv = _load_lab()
+    mutate(inv)
+    r, out = _run(_write(inv, tmp_path), tmp_path)
+    assert r.rc != 0, out
+    flat = " ".join(out.split())
+    assert expected in flat, out
+    # Nothing after the validation ran: the play recap shows no change.
+    assert "changed=1" not in flat
+
+
+def test_secret_never_printed(tmp_path):
+    inv = _load_lab()
+    m_plain_password(inv)
+    _, out = _run(_write(inv, tmp_path), tmp_path)
+    assert "hunter2" not in out
+
+
+@pytest.mark.parametrize("name", ["lab", "example"])
+def test_repository_inventories_are_accepted(tmp_path, name):
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    r = ansible_runner.run(
+        private_data_dir=str(pdd), playbook=str(MODEL_PLAYBOOK),
+        inventory=str(REPO / "inventories" / name / "hosts.yml"),
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "JUNKYARD_BMC_PASSWORD": "x", "JUNKYARD_LAB_BMC_PASSWORD": "x"},
+        quiet=True)
+    assert r.rc == 0, r.stdout.read()
+    assert r.stats["failures"] == {}
+
+
+def test_vaulted_password_is_accepted_and_model_derived(tmp_path):
+    vault_pw = tmp_path / "vault-pass"
+    vault_pw.write_text("test-only-vault-password\n")
+    enc = subprocess.run(
+        ["ansible-vault", "encrypt_string", "--vault-password-file", str(vault_pw),
+         "s3cret", "--name", "password"],
+        check=True, capture_output=True, text=True).stdout
+    inv = _load_lab()
+    del _node(inv, "node02")["node_bmc"]
+    # node02's BMC block in host_vars, with its password as a !vault value
+    # (PyYAML cannot write the !vault tag, so this file is written as text).
+    vaulted = "\n".join("  " + line for line in enc.strip().splitlines())
+    inv_dir = _write(inv, tmp_path, {"host_vars/node02.yml": (
+        "node_bmc:\n  address: 127.0.0.1\n  port: 6232\n  username: admin\n"
+        f"{vaulted}\n")})
+    dump = tmp_path / "model.json"
+    play = tmp_path / "dump.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "Dump the model", "hosts": "storage_head:gpu_nodes", "gather_facts": False,
+        "roles": ["junkyard.cluster.cluster_model"],
+        "tasks": [{"name": "Write it", "delegate_to": "localhost", "run_once": True,
+                   "ansible.builtin.copy": {"content": "{{ cluster_model | to_json }}",
+                                            "dest": str(dump), "mode": "0600"}}]}]))
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    r = ansible_runner.run(private_data_dir=str(pdd), playbook=str(play),
+                           inventory=str(inv_dir / "hosts.yml"),
+                           envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                                    "ANSIBLE_ROLES_PATH": str(REPO / "roles")},
+                           cmdline=f"--vault-password-file {vault_pw}", quiet=True)
+    out = r.stdout.read()
+    assert r.rc == 0, out
+    assert "s3cret" not in out
+    model = json.loads(dump.read_text())
+    assert "s3cret" not in dump.read_text()
+    assert [n["name"] for n in model["nodes"]] == ["node01", "node02"]
+    n1 = model["nodes"][0]
+    assert n1["bmc"] == {"address": "127.0.0.1", "port": 6231, "username": "admin"}
+    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp" in n1["boot"]["cmdline"]
+    assert "BOOTIF=01-52-54-00-77-00-11" in n1["boot"]["cmdline"]
+    assert model["dhcp_hosts"][1] == {"mac": "52:54:00:77:00:12", "ip": "10.77.0.12",
+                                      "name": "node02"}
+    assert {"path": "/tank/nodes/node02/var-log",
+            "clients": [{"host": "10.77.0.12",
+                         "options": "rw,no_root_squash,no_subtree_check"}]} in model["exports"]
+    assert "tank/nodes/node01/var-lib-rasdaemon" in [d["name"] for d in model["datasets"]]
