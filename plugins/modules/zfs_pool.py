@@ -1,0 +1,385 @@
+#!/usr/bin/python
+# Copyright (c) 2026, junkyard.cluster developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.formatters import human_to_bytes
+from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_pool import (
+    CLASSES,
+    LayoutError,
+    create_argv,
+    desired_layout,
+    layout_as_list,
+    layout_differences,
+    parse_get,
+    parse_lsblk_partitions,
+    parse_status,
+    parse_wipefs,
+    prop_value,
+    render_layout,
+    zdb_has_label,
+)
+
+DOCUMENTATION = r"""
+module: zfs_pool
+short_description: Create a ZFS pool (dRAID, raidz, mirror, special/log/cache) exactly once
+version_added: 0.1.0
+description:
+  - Creates a ZFS pool from a declared layout with C(zpool create), with an ashift and pool
+    (C(-o)) and root dataset (C(-O)) properties.
+  - If the pool exists it is compared with the layout read from C(zpool status -P). An identical
+    pool is C(ok). A pool whose vdevs differ makes the module B(fail) with a message naming every
+    difference and a before/after diff; the module never adds, removes or recreates vdevs, and
+    never destroys a pool.
+  - Pool properties of an existing pool that differ are set with C(zpool set) (reported as a
+    change). A differing ashift fails (it is fixed at creation). Root dataset properties are only
+    applied at creation; on an existing pool differences are reported in RV(filesystem_drift)
+    and as a warning, to be managed with M(community.general.zfs).
+  - Before creating, every disk is inspected with C(lsblk), C(wipefs --no-act --json) and
+    C(zdb -l) (the disk and each of its partitions). Disks carrying a partition table, a
+    filesystem or RAID signature, or a ZFS label are refused unless listed in O(wipe_disks);
+    only those are erased, with C(zpool labelclear -f) and C(wipefs -a), right before creation.
+  - Written for the gap left by M(community.general.zpool), which has no dRAID, changes layouts
+    of existing pools and has no blank-disk guard.
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Reads pool state and inspects disks (read-only commands), then reports the wipe, create
+        and set commands it would run in RV(commands) without running them.
+  diff_mode:
+    support: full
+    description: Before/after layout and pool properties, one vdev per line.
+author:
+  - junkyard.cluster developers
+options:
+  name:
+    description: Pool name.
+    type: str
+    required: true
+  vdevs:
+    description: Data vdevs, in order.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      type:
+        description:
+          - V(disk) (each listed disk is its own top-level vdev), V(mirror), V(raidz1),
+            V(raidz2), V(raidz3) (V(raidz) means V(raidz1)), or a dRAID
+            V(draid<P>[:<D>d][:<C>c][:<S>s]). Omitted dRAID fields take C(zpool)'s defaults
+            (1 parity, 8 data or fewer, children = listed disks, 0 spares).
+        type: str
+        default: disk
+      disks:
+        description:
+          - Devices, preferably C(/dev/disk/by-id/...) paths. Whole disks are partitioned by
+            C(zpool create); the pool then shows their C(-part1) / C(1) / C(p1) partition,
+            which counts as the same device when comparing.
+        type: list
+        elements: str
+        required: true
+  special:
+    description: Special allocation class vdevs (same form as O(vdevs); dRAID not allowed).
+    type: list
+    elements: dict
+    default: []
+  dedup:
+    description: Dedup class vdevs (same form as O(vdevs); dRAID not allowed).
+    type: list
+    elements: dict
+    default: []
+  log:
+    description: Log (SLOG) vdevs (same form as O(vdevs); dRAID not allowed).
+    type: list
+    elements: dict
+    default: []
+  cache:
+    description: L2ARC devices.
+    type: list
+    elements: str
+    default: []
+  spares:
+    description: Hot spare devices (dRAID distributed spares come from the dRAID type).
+    type: list
+    elements: str
+    default: []
+  ashift:
+    description: Pool ashift (C(-o ashift=N)), compared with C(zpool get ashift) on a pool.
+    type: int
+  pool_properties:
+    description: Pool properties (C(-o)), for example C(autotrim) or C(comment).
+    type: dict
+    default: {}
+  filesystem_properties:
+    description: Root dataset properties given at creation (C(-O)), for example C(compression).
+    type: dict
+    default: {}
+  wipe_disks:
+    description:
+      - Disks from the layout that may be erased if they carry a partition table, signatures or a
+        ZFS label. Every entry must be a disk of the layout.
+      - Erasing happens only when the pool does not exist yet.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Vdev order and disk order within a vdev do not matter when comparing.
+  - A disk stood in for by a spare or being replaced (C(spare-N), C(replacing-N)) counts as its
+    original device; the pairs are returned in RV(substituted).
+seealso:
+  - module: junkyard.cluster.draid_plan
+  - module: community.general.zfs
+"""
+
+EXAMPLES = r"""
+- name: Create the storage pool on 45 disks
+  junkyard.cluster.zfs_pool:
+    name: tank
+    ashift: 12
+    vdevs:
+      - type: draid2:8d:45c:1s
+        disks: "{{ zfs_storage_disks }}"
+    special:
+      - type: mirror
+        disks: [/dev/disk/by-id/nvme-a, /dev/disk/by-id/nvme-b]
+    pool_properties:
+      autotrim: "on"
+    filesystem_properties:
+      compression: lz4
+      atime: "off"
+      xattr: sa
+    wipe_disks: "{{ zfs_storage_disks_to_wipe | default([]) }}"
+"""
+
+RETURN = r"""
+created:
+  description: Whether the pool was created (or would be, in check mode).
+  returned: always
+  type: bool
+layout:
+  description: The pool's layout (after creation), or the wanted layout in check mode.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {class: data, type: draid2:8d:45c:1s, disks: [/dev/disk/by-id/wwn-0x5000c500a1-part1]}
+    - {class: special, type: mirror, disks: [/dev/nvme0n1p1, /dev/nvme1n1p1]}
+commands:
+  description: The changing commands run (or that would run in check mode), as argument lists.
+  returned: always
+  type: list
+  elements: list
+wiped:
+  description: Disks erased (or that would be) before creation.
+  returned: always
+  type: list
+  elements: str
+substituted:
+  description: Devices currently replaced or spared, as C({device, by}) pairs.
+  returned: when the pool exists
+  type: list
+  elements: dict
+filesystem_drift:
+  description: Root dataset properties whose value differs from O(filesystem_properties).
+  returned: when the pool exists
+  type: dict
+  sample: {compression: {want: zstd, have: lz4}}
+"""
+
+
+class ZfsPool:
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.name = self.p["name"]
+        self.zpool = module.get_bin_path("zpool", required=True)
+        self.commands = []
+
+    def fail(self, msg, **kw):
+        self.module.fail_json(msg=msg, commands=self.commands, **kw)
+
+    def run(self, argv, check_rc=True):
+        rc, out, err = self.module.run_command(argv)
+        if check_rc and rc != 0:
+            self.fail(f"{' '.join(argv)} failed (rc={rc}): {(err or out).strip()}")
+        return rc, out, err
+
+    def change(self, argv):
+        """Run a changing command, or only record it in check mode."""
+        self.commands.append(argv)
+        if not self.module.check_mode:
+            self.run(argv)
+
+    # -- existing pool ---------------------------------------------------------
+
+    def props_diff(self, props, have):
+        out = {}
+        for key, value in props.items():
+            want = prop_value(value)
+            cur = have.get(key)
+            if cur == want:
+                continue
+            try:
+                if cur is not None and cur.isdigit() and int(cur) == human_to_bytes(want):
+                    continue
+            except ValueError:
+                pass
+            out[key] = {"want": want, "have": cur}
+        return out
+
+    def existing(self, want, status_out):
+        parsed = parse_status(status_out)
+        have = parsed["layout"]
+        before = render_layout(have)
+        diffs = layout_differences(want, have)
+        if diffs:
+            self.fail(f"pool {self.name} exists with a different layout; zfs_pool never adds, "
+                      f"removes or recreates vdevs: " + "; ".join(diffs),
+                      diff={"before": before, "after": render_layout(want)},
+                      layout=layout_as_list(have))
+        pool_props = dict(self.p["pool_properties"])
+        keys = sorted(pool_props) + (["ashift"] if self.p["ashift"] is not None else [])
+        props = {}
+        if keys:
+            _rc, out, _err = self.run([self.zpool, "get", "-H", "-p", "-o", "property,value",
+                                       ",".join(keys), self.name])
+            props = parse_get(out)
+        if self.p["ashift"] is not None and props.get("ashift") != str(self.p["ashift"]):
+            self.fail(f"pool {self.name} has ashift {props.get('ashift')}, wanted "
+                      f"{self.p['ashift']}; ashift is fixed when a pool is created")
+        changes = self.props_diff(pool_props, props)
+        drift = {}
+        fs_props = self.p["filesystem_properties"]
+        if fs_props:
+            zfs = self.module.get_bin_path("zfs", required=True)
+            _rc, out, _err = self.run([zfs, "get", "-H", "-p", "-o", "property,value",
+                                       ",".join(sorted(fs_props)), self.name])
+            drift = self.props_diff(fs_props, parse_get(out))
+            if drift:
+                what = ", ".join(f"{k}={v['have']} (want {v['want']})"
+                                 for k, v in sorted(drift.items()))
+                self.module.warn(f"root dataset {self.name} differs from filesystem_properties: "
+                                 f"{what}; zfs_pool applies them only at creation, use "
+                                 "community.general.zfs to change them")
+        for key in sorted(changes):
+            self.change([self.zpool, "set", f"{key}={changes[key]['want']}", self.name])
+
+        def prop_lines(pick):
+            return "".join(f"property: {k}={changes[k][pick]}\n" for k in sorted(changes))
+
+        self.module.exit_json(
+            changed=bool(self.commands), created=False, layout=layout_as_list(have),
+            commands=self.commands, wiped=[], substituted=parsed["substituted"],
+            filesystem_drift=drift,
+            diff={"before": before + prop_lines("have"), "after": before + prop_lines("want")})
+
+    # -- new pool --------------------------------------------------------------
+
+    def inspect(self, disk, tools):
+        """[(device, signature types, has ZFS label)] for the disk and its partitions."""
+        devices = []
+        if not os.path.isfile(disk):
+            _rc, out, _err = self.run([tools["lsblk"], "--json", "--paths", "--output",
+                                       "NAME,TYPE", disk])
+            devices = parse_lsblk_partitions(out)
+        found = []
+        for dev in [*devices, disk]:
+            _rc, out, _err = self.run([tools["wipefs"], "--no-act", "--json", dev])
+            sigs = parse_wipefs(out)
+            rc, out, _err = self.run([tools["zdb"], "-l", dev], check_rc=False)
+            label = zdb_has_label(rc, out)
+            if sigs or label:
+                found.append((dev, sigs, label))
+        return found
+
+    def create(self, want):
+        wipe = list(self.p["wipe_disks"])
+        disks = [d for cls in CLASSES for _k, ds in want[cls] for d in ds]
+        tools = {t: self.module.get_bin_path(t, required=True) for t in ("lsblk", "wipefs", "zdb")}
+        dirty = {}
+        for disk in disks:
+            found = self.inspect(disk, tools)
+            if found:
+                dirty[disk] = found
+        refused = [d for d in disks if d in dirty and d not in wipe]
+        if refused:
+            detail = "; ".join(
+                f"{d}: " + ", ".join(f"{dev} " + "+".join(sigs + (["zfs label"] if lbl else []))
+                                     for dev, sigs, lbl in dirty[d])
+                for d in refused)
+            self.fail(f"refusing to create pool {self.name}: {len(refused)} disk(s) are not "
+                      f"blank (list them in wipe_disks to erase them): {detail}",
+                      refused=refused)
+        wiped = [d for d in disks if d in dirty]
+        for disk in wiped:
+            for dev, sigs, label in dirty[disk]:
+                if label:
+                    self.change([self.zpool, "labelclear", "-f", dev])
+                if [s for s in sigs if s != "zfs_member"] or (sigs and not label):
+                    self.change([tools["wipefs"], "-a", dev])
+        self.change(create_argv(self.zpool, self.name, want, self.p["ashift"],
+                                self.p["pool_properties"], self.p["filesystem_properties"]))
+        after = render_layout(want)
+        layout = layout_as_list(want)
+        if not self.module.check_mode:
+            _rc, out, _err = self.run([self.zpool, "status", "-P", self.name])
+            have = parse_status(out)["layout"]
+            layout = layout_as_list(have)
+            after = render_layout(have)
+            diffs = layout_differences(want, have)
+            if diffs:
+                self.module.warn(f"pool {self.name} was created but reads back differently, "
+                                 f"so the next run will fail: {'; '.join(diffs)}")
+        self.module.exit_json(changed=True, created=True, layout=layout, commands=self.commands,
+                              wiped=wiped, diff={"before": "", "after": after})
+
+    def main(self):
+        try:
+            want = desired_layout(self.p)
+        except LayoutError as exc:
+            self.fail(str(exc))
+        disks = {d for cls in CLASSES for _k, ds in want[cls] for d in ds}
+        stray = [d for d in self.p["wipe_disks"] if d not in disks]
+        if stray:
+            self.fail(f"wipe_disks names {', '.join(stray)}, not in the layout of pool "
+                      f"{self.name}; only disks of the layout may be wiped")
+        rc, out, err = self.run([self.zpool, "status", "-P", self.name], check_rc=False)
+        if rc == 0:
+            self.existing(want, out)
+        elif "no such pool" in err + out:
+            self.create(want)
+        else:
+            self.fail(f"zpool status -P {self.name} failed (rc={rc}): {(err or out).strip()}")
+
+
+def main():
+    def vdev_list(**kw):
+        return dict(type="list", elements="dict", options=dict(
+            type=dict(type="str", default="disk"),
+            disks=dict(type="list", elements="str", required=True),
+        ), **kw)
+
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            vdevs=vdev_list(required=True),
+            special=vdev_list(default=[]),
+            dedup=vdev_list(default=[]),
+            log=vdev_list(default=[]),
+            cache=dict(type="list", elements="str", default=[]),
+            spares=dict(type="list", elements="str", default=[]),
+            ashift=dict(type="int"),
+            pool_properties=dict(type="dict", default={}),
+            filesystem_properties=dict(type="dict", default={}),
+            wipe_disks=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    ZfsPool(module).main()
+
+
+if __name__ == "__main__":
+    main()
