@@ -1,0 +1,144 @@
+"""Command line: ``python -m junkyard_fan --config FILE [--once | --check]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .config import Config, ConfigError, load_config
+from .control import CpuZoneController, GpuZoneController
+from .daemon import Daemon, Shutdown
+from .ipmi import Bmc, BmcError
+from .powerguard import psu_failed
+
+DEFAULT_CONFIG = Path("/etc/junkyard-fan/config.yml")
+EXIT_CONFIG = 2
+EXIT_BMC = 3
+
+
+def _raise_shutdown(signum: int, _frame: object) -> None:
+    # Further signals must not interrupt the fail-safe write that follows.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Shutdown(signum)
+
+
+def one_shot(cfg: Config, daemon: Daemon) -> str:
+    """Read once and describe what the daemon would do; change nothing."""
+    now = daemon.clock()
+    if not daemon.read(now):
+        raise BmcError("the BMC does not answer")
+    lines = ["sensors:"]
+    for key, st in daemon.sensors.items():
+        fresh = st.fresh(now, cfg.timings.stale_after)
+        if st.role == "psu":
+            shown = f"states {st.states:#06x}" if st.states is not None else "no reading"
+        elif st.value is None or not fresh:
+            shown = "no reading"
+        elif st.role == "current":
+            shown = f"{st.value:.2f} A -> {daemon.gpu_power_w(key):.0f} W"
+        else:
+            shown = f"{st.value:.1f} C"
+        lines.append(f"  {st.info.name:<20} {key:<40} {shown}")
+    lines.append("zones (duty it would set now, from a cold start):")
+    for zs in daemon.zones:
+        ctl = zs.controller
+        if not all(daemon.sensors[k].fresh(now, cfg.timings.stale_after) for k in zs.sensors):
+            lines.append(f"  {zs.zone.name:<12} fan_id {zs.zone.fan_id}: inputs missing "
+                         f"-> would hold, then 100 % after {cfg.timings.deadline:g} s")
+            continue
+        if isinstance(ctl, GpuZoneController):
+            powers = [daemon.gpu_power_w(k) for k in zs.sensors
+                      if daemon.sensors[k].role == "current"]
+            temps = [daemon.sensors[k].value or 0.0 for k in zs.sensors
+                     if daemon.sensors[k].role == "gpu_temp"]
+            duty = ctl.update(powers, temps, now)
+            total = sum(powers) if cfg.gpu_law.aggregate == "sum" else max(powers)
+            what = f"GPU power {cfg.gpu_law.aggregate} {total:.0f} W"
+        else:
+            assert isinstance(ctl, CpuZoneController)
+            temps = [daemon.sensors[k].value or 0.0 for k in zs.sensors]
+            duty = ctl.update(temps, now)
+            what = f"CPU {max(temps):.1f} C"
+        over = " (temperature override)" if ctl.out.overridden else ""
+        lines.append(f"  {zs.zone.name:<12} fan_id {zs.zone.fan_id}: {what} -> {duty:.1f} %"
+                     f"{over}")
+    psus = [st for st in daemon.sensors.values() if st.role == "psu"]
+    pg = cfg.power_guard
+    failed = [i + 1 for i, st in enumerate(psus) if st.states is not None
+              and psu_failed(st.states, pg.failure_offsets, pg.require_presence)]
+    cap = cfg.gpu_cap_w()
+    if failed:
+        lines.append(f"power: PSU {', '.join(map(str, failed))} failed -> would cap each GPU "
+                     f"at {cap:.0f} W")
+    else:
+        lines.append(f"power: PSUs healthy -> no cap (would cap at {cap:.0f} W per GPU)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="junkyard-fan", description=(
+        "Fan and power daemon: fan zones follow GPU power read from the BMC."))
+    parser.add_argument("-c", "--config", type=Path, default=DEFAULT_CONFIG)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true",
+                      help="print readings and the duties it would set; change nothing")
+    mode.add_argument("--check", action="store_true",
+                      help="validate the configuration (and the sensors, with the BMC)")
+    args = parser.parse_args(argv)
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as err:
+        print(f"junkyard-fan: {args.config}: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("junkyard_fan")
+    daemon = Daemon(cfg, Bmc(cfg.bmc, cfg.timings))
+
+    if not (args.once or args.check):
+        # From here on a signal leaves the loop through the fail-safe.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, _raise_shutdown)
+    try:
+        daemon.setup()
+    except ConfigError as err:
+        print(f"junkyard-fan: {args.config}: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Shutdown:
+        return 0
+    except BmcError as err:
+        log.error("cannot read the BMC's sensor list: %s", err)
+        if args.once or args.check:
+            return EXIT_BMC
+        # Without the SDR we cannot regulate; fans to 100 % and let the
+        # supervisor restart us.
+        daemon.failsafe(f"BMC unusable at start ({err})")
+        return EXIT_BMC
+    if args.check:
+        print(f"{args.config}: configuration and sensors OK")
+        return 0
+    if args.once:
+        try:
+            print(one_shot(cfg, daemon))
+        except BmcError as err:
+            log.error("%s", err)
+            return EXIT_BMC
+        return 0
+    log.info("regulating %d zones every %g s via %s (%s)", len(daemon.zones),
+             cfg.timings.interval, cfg.bmc.tool, cfg.bmc.access)
+    try:
+        daemon.run(sleep=time.sleep)
+    except Shutdown as sig:
+        log.info("stopped by signal %d", sig.signum)
+        return 0
+    return 1  # run() only returns through an exception; unhandled ones propagate
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""The main loop: owns timing, the fail-safe and the power guard.
+
+Per cycle: one BMC read of every sensor, one decision per zone, one batch of
+fan commands (only when a duty changed, a write failed, or ``rewrite_every``
+passed), the power guard, the metrics file.
+
+Fail-safe rules:
+
+* a reading that is missing, out of range or older than ``stale_after`` is no
+  reading; a zone without a complete set of valid inputs holds its duty (never
+  lowers it), and after ``deadline`` seconds without one goes to 100 %;
+* if the BMC does not answer at all, every zone is set to 100 % as soon as it
+  answers again (the laws then ramp down slowly from there);
+* on exit, on a signal and on an unhandled error, :meth:`Daemon.failsafe` sets
+  every zone to 100 % before the process ends.
+
+Degraded states are logged once per change, and exported as metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import metrics
+from .config import Config, FanZone, SensorRef
+from .control import FULL, CpuZoneController, GpuZoneController, ZoneController
+from .ipmi import Bmc, BmcError, BmcNoAnswer, RawRequest, Reading, SensorInfo
+from .powerguard import PowerGuard
+
+log = logging.getLogger("junkyard_fan")
+
+CURRENT_MAX_A = 250.0  # anything above this from a 12 V GPU rail is a bad reading
+TEMP_RANGE_C = (-20.0, 150.0)
+
+
+class Shutdown(BaseException):
+    """Raised by the signal handlers to leave the loop (through the fail-safe)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@dataclass
+class SensorState:
+    info: SensorInfo
+    role: str  # "current", "gpu_temp", "cpu_temp", "psu"
+    value: float | None = None
+    states: int | None = None
+    at: float | None = None  # monotonic time of the last valid reading
+
+    def fresh(self, now: float, stale_after: float) -> bool:
+        return self.at is not None and now - self.at <= stale_after
+
+
+@dataclass
+class ZoneState:
+    zone: FanZone
+    controller: ZoneController
+    sensors: list[str] = field(default_factory=list)  # SensorState keys it needs
+    last_input: float = 0.0
+    state: str = "starting"
+    duty: float | None = None
+    written: int | None = None  # byte last acknowledged by the BMC
+
+
+class Daemon:
+    def __init__(self, cfg: Config, bmc: Bmc, guard: PowerGuard | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.bmc = bmc
+        self.guard = guard or PowerGuard(cfg)
+        self.clock = clock
+        self.sensors: dict[str, SensorState] = {}
+        self.zones: list[ZoneState] = []
+        self.bmc_reachable = True
+        self.need_full = False  # BMC went silent: set 100 % as soon as it answers
+        self.last_write = -1e9
+        self.cycles = 0
+        self.last_cycle_s = 0.0
+        self._logged: dict[str, str] = {}
+
+    # ------------------------------------------------------------- set up
+    def sensor_refs(self) -> dict[str, tuple[SensorRef, str]]:
+        p = self.cfg.profile
+        refs: dict[str, tuple[SensorRef, str]] = {}
+        for name, role, items in (
+            ("gpu_current_sensors", "current", p.gpu_current_sensors),
+            ("gpu_temp_sensors", "gpu_temp", p.gpu_temp_sensors),
+            ("cpu_temp_sensors", "cpu_temp", p.cpu_temp_sensors),
+            ("psu_status_sensors", "psu", p.psu_status_sensors),
+        ):
+            for i, ref in enumerate(items):
+                refs[f"profile.bmc.{name}[{i}]"] = (ref, role)
+        return refs
+
+    def setup(self) -> None:
+        """Read the SDR, resolve every configured sensor (ConfigError if missing)."""
+        self.bmc.discover()
+        refs = self.sensor_refs()
+        infos = self.bmc.resolve({k: ref for k, (ref, _role) in refs.items()})
+        self.sensors = {k: SensorState(info=infos[k], role=role)
+                        for k, (_ref, role) in refs.items()}
+        now = self.clock()
+        p = self.cfg.profile
+        self.zones = []
+        for z in p.fan_zones:
+            zs: ZoneState
+            if z.kind == "gpu":
+                zs = ZoneState(z, GpuZoneController(z, self.cfg.gpu_law))
+                zs.sensors = [f"profile.bmc.gpu_current_sensors[{g}]" for g in z.gpus]
+                if p.gpu_temp_sensors:
+                    zs.sensors += [f"profile.bmc.gpu_temp_sensors[{g}]" for g in z.gpus]
+            else:
+                zs = ZoneState(z, CpuZoneController(z, self.cfg.cpu_law))
+                zs.sensors = [f"profile.bmc.cpu_temp_sensors[{i}]"
+                              for i in range(len(p.cpu_temp_sensors))]
+            zs.last_input = now  # the deadline runs from start-up
+            self.zones.append(zs)
+        if p.manual is not None:
+            reqs = [RawRequest(*p.manual.render(fan_id=z.fan_id)) for z in p.fan_zones]
+            try:
+                self.bmc.raw(reqs, op="manual")
+            except BmcError as err:
+                log.warning("could not switch fans to manual mode yet: %s", err)
+
+    # ------------------------------------------------------------ helpers
+    def _once(self, key: str, value: str, level: int, msg: str, *args: object) -> None:
+        """Log only when ``key`` changes to a new ``value``."""
+        if self._logged.get(key) != value:
+            self._logged[key] = value
+            log.log(level, msg, *args)
+
+    def valid(self, info: SensorInfo, r: Reading) -> bool:
+        st = next((s for s in self.sensors.values() if s.info == info), None)
+        role = st.role if st else "psu"
+        if role == "psu":
+            return r.states is not None
+        if r.value is None:
+            return False
+        if role == "current":
+            return 0.0 <= r.value <= CURRENT_MAX_A
+        return TEMP_RANGE_C[0] <= r.value <= TEMP_RANGE_C[1]
+
+    def gpu_power_w(self, key: str) -> float:
+        p = self.cfg.profile
+        value = self.sensors[key].value
+        assert value is not None
+        return value * p.current_calibration * p.supply_voltage
+
+    def _byte(self, duty: float) -> int:
+        return round(duty * self.cfg.profile.duty_scale / 100.0)
+
+    # -------------------------------------------------------------- cycle
+    def read(self, now: float) -> bool:
+        """One BMC read of all sensors. False if the BMC did not answer."""
+        infos = [s.info for s in self.sensors.values()]
+        unique = list({i.record_id: i for i in infos}.values())
+        try:
+            got = self.bmc.read(unique, self.valid)
+        except BmcNoAnswer as err:
+            self._once("bmc", "unreachable", logging.ERROR,
+                       "BMC does not answer (%s): all zones go to 100 %% as soon as it does",
+                       err)
+            return False
+        except BmcError as err:
+            self._once("bmc", "bad", logging.WARNING, "BMC answers badly: %s", err)
+            return True
+        self._once("bmc", "ok", logging.INFO, "BMC answers")
+        for st in self.sensors.values():
+            r = got.get(st.info.name)
+            if r is not None:
+                st.value, st.states, st.at = r.value, r.states, now
+        return True
+
+    def decide(self, now: float) -> None:
+        t = self.cfg.timings
+        for zs in self.zones:
+            fresh = all(self.sensors[k].fresh(now, t.stale_after) for k in zs.sensors)
+            ctl = zs.controller
+            if self.need_full:
+                state, duty = "bmc_lost", FULL
+                ctl.out.force(FULL, now)
+            elif fresh:
+                zs.last_input = now
+                if isinstance(ctl, GpuZoneController):
+                    powers = [self.gpu_power_w(k) for k in zs.sensors
+                              if self.sensors[k].role == "current"]
+                    temps = [v for k in zs.sensors if self.sensors[k].role == "gpu_temp"
+                             for v in [self.sensors[k].value] if v is not None]
+                    duty = ctl.update(powers, temps, now)
+                else:
+                    assert isinstance(ctl, CpuZoneController)
+                    temps = [v for k in zs.sensors for v in [self.sensors[k].value]
+                             if v is not None]
+                    duty = ctl.update(temps, now)
+                state = "override" if ctl.out.overridden else "ok"
+            elif now - zs.last_input > t.deadline:
+                state, duty = "failsafe", FULL
+                ctl.out.force(FULL, now)
+            else:
+                state, duty = "hold", ctl.duty
+                if duty is not None:
+                    ctl.out.force(duty, now)  # hold: never lower without input
+            zs.duty = duty
+            if state != zs.state:
+                level = logging.INFO if state == "ok" else logging.WARNING
+                why = {
+                    "ok": "regulating",
+                    "override": f"temperature limit reached: {FULL:.0f} %",
+                    "hold": "no valid input: holding the duty",
+                    "failsafe": f"no valid input for {t.deadline:g} s: {FULL:.0f} %",
+                    "bmc_lost": f"BMC lost: {FULL:.0f} % as soon as it answers",
+                }[state]
+                log.log(level, "zone %s: %s", zs.zone.name, why)
+                zs.state = state
+
+    def write(self, now: float) -> None:
+        """Send the zones whose duty changed (or all, when a refresh is due)."""
+        everything = self.need_full or now - self.last_write >= self.cfg.timings.rewrite_every
+        todo = [zs for zs in self.zones if zs.duty is not None
+                and (everything or zs.written != self._byte(zs.duty))]
+        if not todo:
+            return
+        reqs = []
+        for zs in todo:
+            assert zs.duty is not None
+            reqs.append(RawRequest(*self.cfg.profile.set_duty.render(
+                fan_id=zs.zone.fan_id, duty=self._byte(zs.duty))))
+        try:
+            ok = self.bmc.raw(reqs)
+        except BmcError as err:
+            self._once("write", "failed", logging.ERROR, "fan commands not delivered: %s", err)
+            for zs in todo:
+                zs.written = None
+            return
+        for zs, good in zip(todo, ok, strict=True):
+            assert zs.duty is not None
+            zs.written = self._byte(zs.duty) if good else None
+        if all(ok):
+            self._once("write", "ok", logging.INFO, "fan commands delivered")
+            if everything:
+                self.last_write = now
+            if self.need_full:
+                self.need_full = False
+                log.warning("BMC answers again: every zone set to 100 %, regulating from there")
+        else:
+            self._once("write", "partial", logging.ERROR, "BMC rejected fan commands for %s",
+                       ", ".join(zs.zone.name for zs, g in zip(todo, ok, strict=True) if not g))
+
+    def cycle(self) -> None:
+        start = self.clock()
+        answered = self.read(start)
+        if not answered:
+            self.bmc_reachable = False
+            self.need_full = True
+        else:
+            self.bmc_reachable = True
+        now = self.clock()
+        self.decide(now)
+        self.write(now)
+        psus = [st for st in self.sensors.values() if st.role == "psu"]
+        self.guard.update([st.states if st.fresh(now, self.cfg.timings.stale_after) else None
+                           for st in psus], now)
+        self.cycles += 1
+        self.last_cycle_s = self.clock() - start
+        self.export(now)
+
+    # ----------------------------------------------------------- fail-safe
+    def failsafe(self, reason: str) -> bool:
+        """Set every zone to 100 %, trying until ``exit_budget`` runs out."""
+        log.warning("%s: setting every fan zone to 100 %%", reason)
+        p = self.cfg.profile
+        reqs = [RawRequest(*p.set_duty.render(fan_id=z.fan_id, duty=self._byte(FULL)))
+                for z in p.fan_zones]
+        deadline = self.clock() + self.cfg.timings.exit_budget
+        while True:
+            try:
+                if all(self.bmc.raw(reqs, op="failsafe")):
+                    for zs in self.zones:
+                        zs.duty, zs.written = FULL, self._byte(FULL)
+                    log.warning("every fan zone is at 100 %")
+                    return True
+            except BmcError as err:
+                log.error("fail-safe write failed: %s", err)
+            if self.clock() >= deadline:
+                log.critical("could not set the fans to 100 %% within %g s",
+                             self.cfg.timings.exit_budget)
+                return False
+            time.sleep(0.2)
+
+    def run(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Loop until a Shutdown (signal) or an error; always end with the fail-safe."""
+        reason = "exit"
+        try:
+            while True:
+                start = self.clock()
+                self.cycle()
+                sleep(max(0.0, self.cfg.timings.interval - (self.clock() - start)))
+        except Shutdown as sig:
+            reason = f"signal {sig.signum}"
+            raise
+        except BaseException as err:
+            reason = f"unhandled error {type(err).__name__}: {err}"
+            raise
+        finally:
+            self.failsafe(reason)
+
+    # ------------------------------------------------------------- metrics
+    def samples(self) -> list[tuple[str, dict[str, str], float]]:
+        now = self.clock()
+        out: list[tuple[str, dict[str, str], float]] = []
+        p = self.cfg.profile
+        for key, st in self.sensors.items():
+            if st.value is not None and st.fresh(now, self.cfg.timings.stale_after):
+                out.append(("sensor_reading", {"sensor": st.info.name, "role": st.role},
+                            st.value))
+            if st.role == "current" and st.value is not None:
+                gpu = key.rsplit("[", 1)[1].rstrip("]")
+                out.append(("gpu_power_watts", {"gpu": gpu}, self.gpu_power_w(key)))
+        for zs in self.zones:
+            if zs.duty is not None:
+                out.append(("zone_duty_percent", {"zone": zs.zone.name}, zs.duty))
+            for state in ("ok", "hold", "failsafe", "override", "bmc_lost"):
+                out.append(("zone_state", {"zone": zs.zone.name, "state": state},
+                            1.0 if zs.state == state else 0.0))
+            out.append(("zone_input_age_seconds", {"zone": zs.zone.name}, now - zs.last_input))
+        out.append(("bmc_reachable", {}, 1.0 if self.bmc_reachable else 0.0))
+        for (op, kind), n in sorted(self.bmc.errors.items()):
+            out.append(("bmc_errors_total", {"op": op, "kind": kind}, n))
+        for op, n in sorted(self.bmc.tries.items()):
+            out.append(("bmc_tries_total", {"op": op}, n))
+        psus = [st for st in self.sensors.values() if st.role == "psu"]
+        for i, _st in enumerate(psus):
+            out.append(("psu_failed", {"psu": str(i + 1)},
+                        1.0 if (i + 1) in self.guard.failed else 0.0))
+        out.append(("power_cap_active", {}, 1.0 if self.guard.capped else 0.0))
+        out.append(("power_cap_watts", {}, self.guard.cap_w if self.guard.capped else 0.0))
+        out.append(("power_cap_errors_total", {}, self.guard.errors))
+        out.append(("cycles_total", {}, self.cycles))
+        out.append(("cycle_seconds", {}, self.last_cycle_s))
+        del p
+        return out
+
+    def export(self, now: float) -> None:
+        path = self.cfg.metrics.textfile
+        if path is None:
+            return
+        try:
+            metrics.write_textfile(path, metrics.render(self.samples()))
+        except OSError as err:
+            self._once("metrics", "failed", logging.ERROR, "cannot write %s: %s", path, err)
