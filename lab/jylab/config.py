@@ -1,0 +1,156 @@
+"""Where the lab keeps things, and what it is made of (read from inventories/lab)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_DIR = REPO / "lab"
+
+
+class LabError(Exception):
+    """A failure the lab explains to its user (no traceback)."""
+
+
+@dataclass
+class Nic:
+    net: str  # "mgmt" or "data"
+    mac: str
+    ip: str | None = None
+
+
+@dataclass
+class Node:
+    name: str
+    nics: list[Nic]
+    bmc_port: int
+    bmc_user: str = "admin"
+    kcs_port: int = 0  # ipmi_sim's VM serial listener for qemu's ipmi-bmc-extern
+
+
+@dataclass
+class Lab:
+    repo: Path = REPO
+    netns: str = "jylab"
+    ssh_port: int = 2222
+    proxy_port: int = 3142
+    bmc_password: str = "labpass"
+    head_nics: list[Nic] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    disks: int = 14
+    disk_size_mib: int = 256
+    head_mem_mib: int = 2048
+    head_cpus: int = 2
+    node_mem_mib: int = 1536
+    head_timeout: float = 300.0
+    inventory: Path = REPO / "inventories" / "lab"
+    state_dir: Path | None = None
+
+    @property
+    def state(self) -> Path:
+        return self.state_dir or self.repo / ".lab"
+
+    @property
+    def cache(self) -> Path:
+        return self.repo / ".cache" / "lab"
+
+    @property
+    def ssh_key(self) -> Path:
+        return self.state / "ssh" / "id_ed25519"
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes) or "none"
+        raise LabError(f"no node {name!r} in the lab (nodes: {known}; head is 'head')")
+
+    def env(self) -> dict[str, str]:
+        """Environment for playbooks and tools run against the lab."""
+        env = dict(os.environ)
+        env.update(
+            JUNKYARD_LAB_NETNS=self.netns,
+            JUNKYARD_LAB_SSH_PORT=str(self.ssh_port),
+            JUNKYARD_LAB_PROXY_PORT=str(self.proxy_port),
+            JUNKYARD_LAB_BMC_PASSWORD=self.bmc_password,
+            JUNKYARD_LAB_SSH_KEY=str(self.ssh_key),
+            JUNKYARD_LAB_STATE=str(self.state),
+            ANSIBLE_CONFIG=str(self.repo / "ansible.cfg"),
+            ANSIBLE_HOST_KEY_CHECKING="False",
+        )
+        return env
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LabError(f"{name}={raw!r} is not a number") from None
+    if not 0 < value < 65536:
+        raise LabError(f"{name}={raw!r} is not a port number (1-65535)")
+    return value
+
+
+def _nics(interfaces: dict | None, what: str) -> list[Nic]:
+    if not isinstance(interfaces, dict) or "mgmt" not in interfaces:
+        raise LabError(f"{what}: the lab inventory gives no mgmt interface with a MAC address")
+    nics = []
+    for net in ("mgmt", "data"):
+        spec = interfaces.get(net)
+        if isinstance(spec, dict) and spec.get("mac"):
+            nics.append(Nic(net, str(spec["mac"]).lower(), spec.get("ip")))
+    return nics
+
+
+def load(inventory: Path | None = None) -> Lab:
+    """The lab as inventories/lab/hosts.yml describes it, with the environment's overrides."""
+    inv = Path(inventory or os.environ.get("JUNKYARD_LAB_INVENTORY") or REPO / "inventories/lab")
+    hosts_file = inv / "hosts.yml" if inv.is_dir() else inv
+    try:
+        data = yaml.safe_load(hosts_file.read_text())
+    except FileNotFoundError:
+        raise LabError(f"lab inventory {hosts_file} not found") from None
+    except yaml.YAMLError as exc:
+        raise LabError(f"lab inventory {hosts_file} is not valid YAML: {exc}") from None
+    groups = (data or {}).get("all", {}).get("children", {})
+    heads = (groups.get("storage_head") or {}).get("hosts") or {}
+    if len(heads) != 1:
+        raise LabError(f"{hosts_file}: the lab needs exactly one host in storage_head")
+    head_name, head_vars = next(iter(heads.items()))
+    lab = Lab(inventory=inv)
+    lab.head_nics = _nics((head_vars or {}).get("head_interfaces"), f"{hosts_file}: {head_name}")
+    node_hosts = (groups.get("gpu_nodes") or {}).get("hosts") or {}
+    for index, (name, hv) in enumerate(sorted(node_hosts.items())):
+        hv = hv or {}
+        bmc = hv.get("node_bmc") or {}
+        if str(bmc.get("address", "127.0.0.1")) != "127.0.0.1":
+            raise LabError(f"{hosts_file}: {name}: a lab BMC listens on 127.0.0.1 only")
+        port = bmc.get("port")
+        if not isinstance(port, int):
+            raise LabError(f"{hosts_file}: {name}: node_bmc.port (the BMC's UDP port) is missing")
+        lab.nodes.append(
+            Node(
+                name=name,
+                nics=_nics(hv.get("node_interfaces"), f"{hosts_file}: {name}"),
+                bmc_port=port,
+                bmc_user=str(bmc.get("username", "admin")),
+                kcs_port=_int_env("JUNKYARD_LAB_KCS_PORT_BASE", 9100) + index,
+            )
+        )
+    lab.netns = os.environ.get("JUNKYARD_LAB_NETNS") or "jylab"
+    if not lab.netns.replace("-", "").replace("_", "").isalnum() or len(lab.netns) > 32:
+        raise LabError(f"JUNKYARD_LAB_NETNS={lab.netns!r}: use letters, digits, - and _ only")
+    lab.ssh_port = _int_env("JUNKYARD_LAB_SSH_PORT", 2222)
+    lab.proxy_port = _int_env("JUNKYARD_LAB_PROXY_PORT", 3142)
+    lab.bmc_password = os.environ.get("JUNKYARD_LAB_BMC_PASSWORD") or "labpass"
+    lab.head_timeout = float(os.environ.get("JUNKYARD_LAB_HEAD_TIMEOUT") or 300)
+    if os.environ.get("JUNKYARD_LAB_STATE"):
+        lab.state_dir = Path(os.environ["JUNKYARD_LAB_STATE"]).resolve()
+    return lab
