@@ -48,8 +48,9 @@ class CommandTable:
         return cmd.rc, cmd.out, cmd.err
 
 
-def run_module(main, args, cmds, check_mode=False, diff=True):
-    """Return (result, table).  Every expected command must have run."""
+def run_module(main, args, cmds, check_mode=False, diff=True, missing=()):
+    """Return (result, table).  Every expected command must have run.
+    Programs named in ``missing`` are not found by get_bin_path."""
     table = CommandTable(cmds)
     args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
 
@@ -66,6 +67,10 @@ def run_module(main, args, cmds, check_mode=False, diff=True):
         finish(kw, True)
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
+        if name in missing:
+            if required:
+                self.fail_json(msg=f"Failed to find required executable {name!r}")
+            return None
         return f"/usr/sbin/{name}"
 
     def run_command(self, args, **kw):
