@@ -11,7 +11,6 @@ from ansible.parsing.vault import VaultHelper
 from ansible.plugins.action import ActionBase
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
-
 CLUSTER_KEYS = (
     "name", "domain", "networks", "writable_paths", "writable_failure_policy",
     "hardware_profiles", "images", "pool", "data_datasets", "tftp_root", "nfs_version",

@@ -12,7 +12,6 @@ import copy
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import ansible_runner
 import pytest
@@ -360,7 +359,8 @@ def test_vaulted_password_is_accepted_and_model_derived(tmp_path):
     pdd.mkdir()
     r = ansible_runner.run(private_data_dir=str(pdd), playbook=str(play),
                            inventory=str(inv_dir / "hosts.yml"),
-                           envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                           envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                                    "ANSIBLE_NOCOLOR": "1",
                                     "ANSIBLE_ROLES_PATH": str(REPO / "roles")},
                            cmdline=f"--vault-password-file {vault_pw}", quiet=True)
     out = r.stdout.read()

@@ -1,0 +1,81 @@
+# junkyard.cluster — everything runs from here on a fresh Debian 12 machine
+# (as root): `make test` installs what it needs, lints, and runs every test;
+# `make lab` brings up the virtual cluster and runs site.yml against it.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+export CONTAINERS_CONF := $(abspath molecule/containers.conf)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+
+# Debian packages the tests and the lab use.
+APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
+	podman runc debootstrap \
+	qemu-system-x86 qemu-utils ipxe-qemu \
+	openipmi ipmitool freeipmi-tools libopenipmi-dev \
+	iproute2 bridge-utils apt-cacher-ng
+
+.PHONY: help setup lint test test-fast build-test-image lab lab-down collection clean
+
+help:
+	@echo "make test   - install what is needed, lint, run every test"
+	@echo "make lab    - bring up the virtual cluster and run site.yml against it"
+	@echo "make lint   - yamllint, ansible-lint (production), ruff, shellcheck, syntax checks"
+
+.cache/apt.stamp: Makefile
+	@mkdir -p .cache
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing Debian packages:" $$missing; \
+	  apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@touch $@
+
+$(VENV)/.stamp: requirements-dev.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@touch $@
+
+setup: .cache/apt.stamp $(VENV)/.stamp
+
+lint: setup
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --offline -q
+	$(BIN)/ruff check .
+	shellcheck tools/build-test-image $$(git ls-files '*.sh')
+	for inv in inventories/*/hosts.yml; do \
+	  $(BIN)/ansible-playbook -i $$inv --syntax-check site.yml >/dev/null && echo "syntax-check site.yml: $$inv ok"; \
+	done
+	$(MAKE) --no-print-directory collection
+
+collection: setup
+	@rm -rf .cache/collection && mkdir -p .cache/collection
+	$(BIN)/ansible-galaxy collection build --force --output-path .cache/collection . >/dev/null
+	$(BIN)/ansible-galaxy collection install --force -p .cache/collection/installed .cache/collection/junkyard-cluster-*.tar.gz >/dev/null
+	@test -f .cache/collection/installed/ansible_collections/junkyard/cluster/plugins/modules/cluster_model.py
+	@echo "collection: built and installed from the tarball"
+
+build-test-image: setup
+	tools/build-test-image
+
+test: lint build-test-image
+	$(BIN)/pytest tests
+
+test-fast: setup
+	$(BIN)/pytest tests -m "not molecule and not lab"
+
+lab: setup
+	lab/lab up
+	lab/lab run site.yml
+	lab/lab status
+
+lab-down:
+	lab/lab down
+
+clean:
+	rm -rf .cache/collection .pytest_cache
