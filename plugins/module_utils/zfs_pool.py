@@ -66,6 +66,26 @@ def normalise_kind(kind: str, ndisks: int, where: str) -> str:
     return draid_name(p, d, c, s)
 
 
+def vdev_kind(vdev: dict, where: str) -> str:
+    """The vdev type string, folding the separate parity/data/spares/children
+    fields (the inventory's form) into it: draid + parity 2, data 8, spares 1
+    -> draid2:8d:1s; raidz + parity 2 -> raidz2."""
+    kind = vdev.get("type") or "disk"
+    fields = {k: vdev.get(k) for k in ("parity", "data", "spares", "children")}
+    given = {k: v for k, v in fields.items() if v is not None}
+    if not given:
+        return kind
+    if kind == "raidz" and set(given) == {"parity"}:
+        return f"raidz{given['parity']}"
+    if kind == "draid":
+        return ("draid" + str(given.get("parity", ""))
+                + (f":{given['data']}d" if "data" in given else "")
+                + (f":{given['children']}c" if "children" in given else "")
+                + (f":{given['spares']}s" if "spares" in given else ""))
+    raise LayoutError(f"{where}: {', '.join(sorted(given))} only combine with type draid "
+                      f"(or parity with type raidz), not with {kind}")
+
+
 def desired_layout(params: dict) -> dict:
     """Layout from the module's vdevs/special/dedup/log/cache/spares options."""
     layout = {cls: [] for cls in CLASSES}
@@ -88,7 +108,8 @@ def desired_layout(params: dict) -> dict:
     for cls, key in (("data", "vdevs"), ("special", "special"), ("dedup", "dedup"),
                      ("log", "log")):
         for i, vdev in enumerate(params.get(key) or []):
-            add(cls, i, vdev.get("type") or "disk", list(vdev.get("disks") or []))
+            where = f"{'vdevs' if cls == 'data' else cls}[{i}]"
+            add(cls, i, vdev_kind(vdev, where), list(vdev.get("disks") or []))
     for cls, key in (("cache", "cache"), ("spare", "spares")):
         if params.get(key):
             add(cls, 0, "disk", list(params[key]))

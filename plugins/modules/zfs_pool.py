@@ -73,6 +73,20 @@ options:
             (1 parity, 8 data or fewer, children = listed disks, 0 spares).
         type: str
         default: disk
+      parity:
+        description:
+          - "With V(type=draid) or V(type=raidz), the parity level (the inventory's form):
+            type draid with parity 2, data 8 and spares 1 equals type V(draid2:8d:1s)."
+        type: int
+      data:
+        description: With V(type=draid), data disks per redundancy group.
+        type: int
+      spares:
+        description: With V(type=draid), distributed spares.
+        type: int
+      children:
+        description: With V(type=draid), children (defaults to the number of disks).
+        type: int
       disks:
         description:
           - Devices, preferably C(/dev/disk/by-id/...) paths. Whole disks are partitioned by
@@ -82,7 +96,7 @@ options:
         elements: str
         required: true
   special:
-    description: Special allocation class vdevs (same form as O(vdevs); dRAID not allowed).
+    description: Special allocation class vdevs (same form as O(vdevs); no dRAID).
     type: list
     elements: dict
     default: []
@@ -360,6 +374,10 @@ def main():
         return dict(type="list", elements="dict", options=dict(
             type=dict(type="str", default="disk"),
             disks=dict(type="list", elements="str", required=True),
+            parity=dict(type="int"),
+            data=dict(type="int"),
+            spares=dict(type="int"),
+            children=dict(type="int"),
         ), **kw)
 
     module = AnsibleModule(

@@ -105,6 +105,35 @@ def test_disk_order_and_short_draid_name_still_match():
     assert res["changed"] is False
 
 
+def test_inventory_form_of_draid_matches():
+    # cluster_pool.vdevs form: type draid with parity/data/spares fields.
+    args = tank_args(vdevs=[{"type": "draid", "parity": 2, "data": 8, "spares": 1,
+                             "disks": DISKS45}],
+                     pool_properties={}, filesystem_properties={}, ashift=None)
+    cmds = [Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45.txt"))]
+    res, _ = run_module(zfs_pool.main, args, cmds)
+    assert res["failed"] is False, res.get("msg")
+    assert res["changed"] is False
+
+
+@pytest.mark.parametrize("vdev,kind", [
+    ({"type": "draid", "parity": 2, "data": 8, "spares": 1}, "draid2:8d:1s"),
+    ({"type": "draid", "parity": 3, "data": 4, "children": 14}, "draid3:4d:14c"),
+    ({"type": "raidz", "parity": 2}, "raidz2"),
+    ({"type": "mirror"}, "mirror"),
+    ({}, "disk"),
+])
+def test_vdev_kind(vdev, kind):
+    assert zp.vdev_kind(vdev, "vdevs[0]") == kind
+
+
+def test_vdev_kind_rejects_fields_on_other_types():
+    with pytest.raises(zp.LayoutError, match=r"^vdevs\[0\]: data, parity only combine with "
+                                             r"type draid \(or parity with type raidz\), "
+                                             r"not with mirror$"):
+        zp.vdev_kind({"type": "mirror", "parity": 2, "data": 3}, "vdevs[0]")
+
+
 def test_pool_property_drift_is_set_with_diff():
     cmds = [
         Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45.txt")),
