@@ -185,7 +185,8 @@ class Daemon:
                 state, duty = "bmc_lost", FULL
                 ctl.out.force(FULL, now)
             elif fresh:
-                zs.last_input = now
+                # The zone's input is as old as its oldest reading.
+                zs.last_input = min(self.sensors[k].at or now for k in zs.sensors)
                 if isinstance(ctl, GpuZoneController):
                     powers = [self.gpu_power_w(k) for k in zs.sensors
                               if self.sensors[k].role == "current"]

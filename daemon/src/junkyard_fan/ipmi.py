@@ -474,8 +474,9 @@ class Bmc:
         got: dict[str, Reading] = {}
         pending = list(sensors)
         answered = False
+        silent = 0
         last: BmcError | None = None
-        for attempt in range(self.timings.retries):
+        for _attempt in range(self.timings.retries):
             self.tries["read"] += 1
             try:
                 readings = self.transport.read(pending)
@@ -486,10 +487,12 @@ class Bmc:
                 self._note("read", err)
                 answered = answered or not isinstance(err, BmcNoAnswer)
                 last = err
-                if isinstance(err, BmcNoAnswer) and attempt >= 1 and not answered:
-                    break  # two silent tries: don't spend the whole cycle waiting
+                silent = silent + 1 if isinstance(err, BmcNoAnswer) else 0
+                if silent >= 2:
+                    break  # two silent tries in a row: don't spend the cycle waiting
                 self.sleep(0.05)
                 continue
+            silent = 0
             for info in pending:
                 r = readings.get(info.name)
                 if r is not None and valid(info, r):
@@ -507,8 +510,9 @@ class Bmc:
         """Send raw requests; retry the failed ones. Returns success per request."""
         ok = [False] * len(requests)
         answered = False
+        silent = 0
         last: BmcError | None = None
-        for attempt in range(self.timings.retries):
+        for _attempt in range(self.timings.retries):
             todo = [i for i, done in enumerate(ok) if not done]
             if not todo:
                 break
@@ -522,10 +526,12 @@ class Bmc:
                 self._note(op, err)
                 answered = answered or not isinstance(err, BmcNoAnswer)
                 last = err
-                if isinstance(err, BmcNoAnswer) and attempt >= 1 and not answered:
+                silent = silent + 1 if isinstance(err, BmcNoAnswer) else 0
+                if silent >= 2:
                     break
                 self.sleep(0.05)
                 continue
+            silent = 0
             for i, ans in zip(todo, answers, strict=True):
                 if ans is None:
                     self.errors[(op, "no_answer")] += 1

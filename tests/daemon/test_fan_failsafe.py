@@ -1,0 +1,300 @@
+"""Unit tests of the main loop's fail-safe state machine, with a fake clock and fake BMC."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+
+import pytest
+from fan_fixtures import FakeClock, FakeTransport, config, raw_config
+from junkyard_fan.config import parse_config
+from junkyard_fan.daemon import Daemon, Shutdown
+from junkyard_fan.ipmi import Bmc, BmcBadResponse, BmcNoAnswer, Reading
+from junkyard_fan.powerguard import PowerGuard
+
+FRONT, REAR, CPU = 1, 2, 0
+TIMINGS = {"interval": 1, "stale_after": 2.5, "deadline": 6, "rewrite_every": 30,
+           "retries": 3, "exit_budget": 1}
+
+
+class Recorder:
+    def __init__(self, rc: int = 0) -> None:
+        self.calls: list[list[str]] = []
+        self.rc = rc
+
+    def __call__(self, argv, **kw):
+        self.calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, self.rc, "", "boom" if self.rc else "")
+
+
+def make(timings=None, **sections):
+    cfg = config(timings=timings or TIMINGS, **sections)
+    clock = FakeClock()
+    fake = FakeTransport()
+    bmc = Bmc(cfg.bmc, cfg.timings, transport=fake, sleep=lambda s: None)
+    runner = Recorder()
+    d = Daemon(cfg, bmc, guard=PowerGuard(cfg, run=runner), clock=clock)
+    d.setup()
+    return d, fake, clock, runner
+
+
+def tick(d, clock, n=1):
+    for _ in range(n):
+        d.cycle()
+        clock.advance(1.0)
+
+
+def test_first_cycle_writes_every_zone():
+    d, fake, clock, _ = make()
+    tick(d, clock)
+    assert fake.duties() == {FRONT: 25, REAR: 25, CPU: 29}
+    assert [z.state for z in d.zones] == ["ok", "ok", "ok"]
+
+
+def test_unchanged_duties_are_not_rewritten_until_refresh_is_due():
+    d, fake, clock, _ = make(timings={**TIMINGS, "rewrite_every": 5})
+    tick(d, clock)
+    sent = len(fake.sent)
+    tick(d, clock, 3)
+    assert len(fake.sent) == sent
+    tick(d, clock, 3)
+    assert len(fake.sent) == sent + 3  # the refresh: every zone once
+
+
+def test_missing_reading_holds_the_zone_then_fails_safe_after_the_deadline():
+    d, fake, clock, _ = make()
+    fake.values["GPU5_12V_I"] = Reading(value=25.0)  # rear zone busy
+    tick(d, clock)
+    busy = fake.duties()[REAR]
+    assert busy > 25
+    # GPU5's current goes missing: its last reading serves for stale_after
+    # (2.5 s), then the zone holds; it must not follow the incomplete inputs
+    # down when the other GPUs go idle; past the deadline it goes to 100 %.
+    fake.values["GPU5_12V_I"] = Reading()
+    tick(d, clock, 3)
+    assert d.zones[1].state == "hold"
+    assert fake.duties()[REAR] == busy
+    fake.values["GPU4_12V_I"] = Reading(value=1.0)
+    tick(d, clock, 2)
+    assert d.zones[1].state == "hold"
+    assert fake.duties()[REAR] == busy
+    tick(d, clock, 2)  # the last valid GPU5 reading is now 7 s old > deadline 6 s
+    assert d.zones[1].state == "failsafe"
+    assert fake.duties()[REAR] == 100
+    # The other zones never noticed.
+    assert d.zones[0].state == "ok" and fake.duties()[FRONT] == 25
+
+
+def test_out_of_range_reading_counts_as_no_reading():
+    d, fake, clock, _ = make()
+    tick(d, clock)
+    fake.values["GPU0_12V_I"] = Reading(value=900.0)  # no 12 V rail carries 900 A
+    tick(d, clock, 8)
+    assert d.zones[0].state == "failsafe"
+    assert fake.duties()[FRONT] == 100
+    assert d.bmc.errors[("read", "invalid_reading")] > 0
+
+
+def test_stale_reading_is_no_reading_even_if_retries_hide_it():
+    d, fake, clock, _ = make(timings={**TIMINGS, "stale_after": 2, "deadline": 4})
+    tick(d, clock)
+    fake.values["CPU0_TEMP"] = Reading()
+    tick(d, clock, 2)
+    assert d.zones[2].state == "ok"  # last reading 2 s old: still fresh
+    tick(d, clock)
+    assert d.zones[2].state == "hold"
+    tick(d, clock, 3)
+    assert d.zones[2].state == "failsafe"
+
+
+def test_valid_input_after_failsafe_ramps_down_slowly():
+    d, fake, clock, _ = make(control={"gpu": {"ramp_down": 5}})
+    tick(d, clock)
+    fake.values["GPU0_12V_I"] = Reading()
+    tick(d, clock, 8)
+    assert fake.duties()[FRONT] == 100
+    fake.values["GPU0_12V_I"] = Reading(value=4.0)
+    tick(d, clock)
+    assert fake.duties()[FRONT] == 95
+    tick(d, clock)
+    assert fake.duties()[FRONT] == 90
+
+
+def test_silent_bmc_all_zones_full_as_soon_as_it_answers():
+    d, fake, clock, _ = make()
+    tick(d, clock)
+    before = len(fake.sent)
+    fake.silent = True
+    tick(d, clock, 3)
+    assert not d.bmc_reachable
+    assert [z.state for z in d.zones] == ["bmc_lost"] * 3
+    assert len(fake.sent) == before  # nothing got through
+    fake.silent = False
+    tick(d, clock)
+    # The first commands that get through set every zone to 100 %.
+    first_back = fake.sent[before:before + 3]
+    assert sorted(r.data[3] for r in first_back) == [CPU, FRONT, REAR]
+    assert all(r.data[5] == 100 for r in first_back)
+    assert d.bmc_reachable
+    tick(d, clock)
+    assert fake.duties()[FRONT] < 100  # regulating again, ramping down from 100
+
+
+def test_retries_are_bounded_and_one_good_try_is_enough():
+    d, fake, clock, _ = make()
+    fake.read_fails_left = 1
+    tick(d, clock)
+    assert d.bmc.tries["read"] == 2
+    assert d.bmc_reachable
+    fake.read_fails_left = 10
+    tick(d, clock)
+    assert d.bmc.tries["read"] == 4  # gave up after two silent tries in a row
+    assert d.bmc.errors[("read", "timeout")] == 3
+    assert not d.bmc_reachable
+
+
+def test_bad_answers_are_retried_up_to_the_limit():
+    d, fake, clock, _ = make()
+
+    def bad(_sensors):
+        raise BmcBadResponse("empty")
+
+    fake.read = bad
+    tick(d, clock)
+    assert d.bmc.tries["read"] == 3  # retries: 3
+    assert d.bmc_reachable  # it answered, badly: not unreachable
+
+
+def test_degraded_states_are_logged_once_per_change(caplog):
+    d, fake, clock, _ = make()
+    tick(d, clock)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="junkyard_fan"):
+        fake.silent = True
+        tick(d, clock, 5)
+        fake.silent = False
+        tick(d, clock, 5)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("BMC does not answer" in m for m in msgs) == 1
+    assert sum("zone gpu-front: BMC lost" in m for m in msgs) == 1
+    assert sum("BMC answers again" in m for m in msgs) == 1
+    assert sum("zone gpu-front: regulating" in m for m in msgs) == 1
+
+
+def test_unhandled_error_sets_full_before_dying():
+    d, fake, _clock, _ = make()
+    calls = []
+
+    def sleep(_s):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("bug")
+
+    with pytest.raises(RuntimeError, match="bug"):
+        d.run(sleep=sleep)
+    assert fake.duties() == {FRONT: 100, REAR: 100, CPU: 100}
+
+
+def test_signal_sets_full_before_exit():
+    d, fake, _clock, _ = make()
+
+    def sleep(_s):
+        raise Shutdown(15)
+
+    with pytest.raises(Shutdown):
+        d.run(sleep=sleep)
+    assert fake.duties() == {FRONT: 100, REAR: 100, CPU: 100}
+
+
+def test_failsafe_gives_up_after_its_budget_when_the_bmc_is_gone():
+    d, fake, clock, _ = make()
+    fake.silent = True
+
+    def raw(_reqs):
+        clock.advance(0.6)
+        raise BmcNoAnswer("gone")
+
+    fake.raw = raw
+    assert d.failsafe("test") is False
+
+
+def test_psu_failure_caps_gpu_power_and_recovery_lifts_it():
+    d, fake, clock, runner = make(power_guard={
+        "command": ["capper", "--watts", "{watts}"], "reset_command": ["capper", "--reset"],
+        "lift_after": 3, "non_gpu_power_w": 500})
+    tick(d, clock)
+    assert runner.calls == []
+    fake.values["PSU2_STATUS"] = Reading(states=0b11)  # present + failure
+    tick(d, clock)
+    assert runner.calls == [["capper", "--watts", "198"]]
+    assert 8 * 198 + 500 <= 2200
+    tick(d, clock, 3)
+    assert len(runner.calls) == 1  # applied once, not per cycle
+    fake.values["PSU2_STATUS"] = Reading(states=0b1)
+    tick(d, clock, 3)
+    assert len(runner.calls) == 1  # not before lift_after
+    tick(d, clock)
+    assert runner.calls[-1] == ["capper", "--reset"]
+
+
+def test_ac_loss_and_missing_psu_count_as_failure_and_per_gpu_commands():
+    d, fake, clock, runner = make(power_guard={
+        "command": ["amd-smi", "set", "-g", "{gpu}", "--power-cap", "{watts}"],
+        "reset_command": ["amd-smi", "reset", "-g", "{gpu}", "--power-cap"]})
+    fake.values["PSU1_STATUS"] = Reading(states=0b1001)  # present + AC lost
+    tick(d, clock)
+    assert runner.calls == [["amd-smi", "set", "-g", str(g), "--power-cap", "198"]
+                            for g in range(8)]
+    runner.calls.clear()
+    d2, fake2, clock2, runner2 = make()
+    fake2.values["PSU1_STATUS"] = Reading(states=0)  # not present
+    tick(d2, clock2)
+    assert runner2.calls == [["true", "198"]]
+
+
+def test_failed_cap_command_is_retried_and_counted():
+    d, fake, clock, runner = make()
+    runner.rc = 1
+    fake.values["PSU2_STATUS"] = Reading(states=0b11)
+    tick(d, clock, 3)
+    assert len(runner.calls) == 3
+    assert d.guard.errors == 3 and not d.guard.capped
+    runner.rc = 0
+    tick(d, clock)
+    assert d.guard.capped
+
+
+def test_metrics_textfile(tmp_path):
+    path = tmp_path / "fan.prom"
+    d, fake, clock, _ = make(metrics={"textfile": str(path)})
+    fake.values["GPU1_12V_I"] = Reading(value=10.0)
+    fake.values["PSU2_STATUS"] = Reading(states=0b11)
+    tick(d, clock)
+    text = path.read_text()
+    assert 'junkyard_fan_gpu_power_watts{gpu="1"} 120' in text
+    assert 'junkyard_fan_zone_duty_percent{zone="cpu"} 28.75' in text
+    assert 'junkyard_fan_zone_state{state="ok",zone="gpu-rear"} 1' in text
+    assert "junkyard_fan_power_cap_watts 198" in text
+    assert 'junkyard_fan_psu_failed{psu="2"} 1' in text
+    assert "junkyard_fan_bmc_reachable 1" in text
+    assert "# TYPE junkyard_fan_bmc_errors_total counter" not in text  # no errors yet
+    fake.silent = True
+    tick(d, clock)
+    text = path.read_text()
+    assert "junkyard_fan_bmc_reachable 0" in text
+    assert 'junkyard_fan_bmc_errors_total{kind="timeout",op="read"} 2' in text
+
+
+def test_z45_calibration_halves_the_power():
+    d, fake, clock, _ = make()
+    fake.values["GPU0_12V_I"] = Reading(value=20.0)
+    tick(d, clock)
+    z20 = d.gpu_power_w("profile.bmc.gpu_current_sensors[0]")
+    raw_bmc = raw_config()
+    raw_bmc["profile"]["bmc"]["current_calibration"] = 0.5
+    cfg = parse_config(raw_bmc, env={})
+    d45 = Daemon(cfg, Bmc(cfg.bmc, cfg.timings, transport=fake), clock=clock)
+    d45.setup()
+    d45.cycle()
+    assert z20 == 240.0
+    assert d45.gpu_power_w("profile.bmc.gpu_current_sensors[0]") == 120.0
