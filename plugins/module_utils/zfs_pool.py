@@ -177,7 +177,11 @@ def parse_status(text: str) -> dict:
         if fields[0] == "NAME" and "STATE" in fields:
             continue
         depth = (len(body) - len(body.lstrip(" "))) // 2
-        entries.append((depth, fields[0]))
+        name = fields[0]
+        # A missing device shows as its GUID with "was <path>" at the end.
+        if "was" in fields[1:-1] and fields[fields.index("was", 1) + 1].startswith("/"):
+            name = fields[fields.index("was", 1) + 1]
+        entries.append((depth, name))
     if not entries:
         raise LayoutError("empty config section in zpool status output")
 

@@ -395,3 +395,14 @@ def test_parse_status_degraded_layout():
 def test_parse_status_without_config_fails():
     with pytest.raises(zp.LayoutError, match="no 'config:' section"):
         zp.parse_status("  pool: tank\n state: ONLINE\n")
+
+
+def test_parse_status_missing_device_shown_by_guid():
+    text = fx("status_draid45.txt")
+    line = next(x for x in text.splitlines() if DISKS45[2] + "-part1" in x)
+    guid_line = line.replace(DISKS45[2] + "-part1", "9214318012457760373".ljust(
+        len(DISKS45[2]) + 6)).replace("ONLINE       0     0     0",
+                                      "UNAVAIL      0     0     0  was " + DISKS45[2] + "-part1")
+    parsed = zp.parse_status(text.replace(line, guid_line))
+    (_kind, disks), = parsed["layout"]["data"]
+    assert disks[2] == DISKS45[2] + "-part1"
