@@ -132,7 +132,20 @@ EXAMPLES = r"""
 
 RETURN = r"""
 candidates:
-  description: Every valid layout, best first.
+  description:
+    - Every valid layout, best first.
+    - C(padding[].allocated_bytes) is what one uncompressed record takes on disk,
+      C(padding_efficiency) its data sectors over the data slots used (exact fraction),
+      C(storage_efficiency) data over everything allocated, C(charged_bytes) what C(zfs list)
+      counts as used for that block (allocation deflated by the 128 KiB ratio), and
+      C(fits_bytes) how much data in records of that size fits in C(usable_bytes).
+    - C(usable_bytes) is C(zfs list -p) used + available of the new pool's root dataset;
+      C(space) holds the intermediate figures (child and vdev asize, metaslabs, deflate ratio,
+      deflated space, embedded log space, slop).
+    - C(min_alloc_bytes) is the smallest allocation in data terms (D sectors); every block
+      takes at least C(min_alloc_on_disk_bytes) (D+P sectors).
+    - C(failure_tolerance.concurrent_per_vdev) is P; C(sequential_per_vdev) is P+S, when each
+      failure is rebuilt onto a distributed spare before the next.
   returned: always
   type: list
   elements: dict
