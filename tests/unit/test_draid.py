@@ -6,7 +6,11 @@ rules listed in draid.py's docstring), not computed by the code under test.
 """
 
 import json
+import os
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -320,3 +324,29 @@ def test_module_error():
     out = _run_module({"disk_count": 45, "disk_size": 10**12, "ashift": 20})
     assert out["failed"] is True
     assert out["msg"] == "ashift 20 is not 9..16"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _playbook(*extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/draid_plan.yml",
+         *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_playbook_prints_table_and_recommendation():
+    run = _playbook("-e", '{"disk_count": 24, "disk_size": 1000000000000, "parity": [2], '
+                          '"spares": [0, 1], "min_data": 6, "max_data": 8}')
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "layout             vdevs  parity  pad@128K  pad@1M  usable TiB" in run.stdout
+    assert "draid2:6d:24c:0s   1      75.0%   88.89%    99.22%  14.40" in run.stdout
+    assert "*draid2:8d:24c:1s" in run.stdout
+
+
+def test_playbook_without_inputs_says_what_to_give():
+    run = _playbook()
+    assert run.returncode != 0
+    assert "give -e disk_count=<n> -e disk_size=<bytes>" in run.stdout
