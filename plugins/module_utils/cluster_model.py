@@ -557,14 +557,20 @@ def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, 
     def image_path(image, version):
         return f"{export_root}/images/{image}/{version}"
 
+    # Overlay mounts on the nodes sit on the NFS-exported image: its ACLs
+    # must be off (inherited by every image version, clones included).
     datasets = [
-        {"name": f"{pname}/images", "properties": {"canmount": "off"}},
+        {"name": f"{pname}/images", "properties": {"canmount": "off", "acltype": "off"}},
         {"name": f"{pname}/nodes", "properties": {"canmount": "off"}},
         {"name": f"{pname}/data", "properties": {"canmount": "off"}},
     ]
     for image in sorted(images):
         datasets.append({"name": f"{pname}/images/{image}",
                          "properties": {"canmount": "off"}})
+        # The current version is where a first build goes; later versions are
+        # clones made by the upgrade playbook, never created empty here.
+        datasets.append({"name": image_dataset(image, images[image]["current_version"]),
+                         "properties": {}})
     exports = []
     persistent = [w for w in writable if w["kind"] == "persistent"]
     versions_booted = sorted({(n["image"], n["image_version"]) for n in nodes}
@@ -593,7 +599,7 @@ def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, 
         datasets.append({"name": f"{pname}/nodes/{n['name']}",
                          "properties": {"canmount": "off"}})
         for ds in node_ds:
-            datasets.append({"name": ds, "properties": {"acltype": "off"}})
+            datasets.append({"name": ds, "properties": {}})
         version_dir = f"images/{n['image']}/{n['image_version']}"
         root = image_path(n["image"], n["image_version"])
         cmdline = [
