@@ -22,10 +22,11 @@ VAR_REF_RE = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 
 def secret_verdict(value, raw_vars, depth=0):
     """Tell how a raw (untemplated) secret is supplied: vault, env, absent or plain."""
-    if value is None or value == "":
-        return "absent"
+    # Vault first: comparing a vaulted value with anything decrypts it.
     if VaultHelper.get_ciphertext(value, with_tags=False) is not None:
         return "vault"
+    if value is None or value == "":
+        return "absent"
     if not isinstance(value, str):
         return "plain"
     if ENV_LOOKUP_RE.search(value):
