@@ -122,6 +122,7 @@ class BmcAccess:
     workarounds: tuple[str, ...]
     cache_dir: Path
     device: str | None
+    retransmit_timeout: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -542,7 +543,7 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
     k = "bmc"
     m = v.mapping(raw, k, {"access", "tool", "host", "port", "username", "password_file",
                            "password_env", "cipher_suite", "privilege", "workarounds",
-                           "cache_dir", "device"})
+                           "cache_dir", "device", "retransmit_timeout"})
     access = v.choice(m, k, "access", ("lan", "inband"), "inband")
     tool = v.choice(m, k, "tool", ("freeipmi", "ipmitool"), "freeipmi")
     port = v.number(m, k, "port", 623, integer=True, minimum=1, maximum=65535)
@@ -554,6 +555,7 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
         workarounds = []
     cache_dir = Path(str(v.get(m, k, "cache_dir", "/var/cache/junkyard-fan")))
     device = v.get(m, k, "device", None)
+    retransmit = v.number(m, k, "retransmit_timeout", 0.25, positive=True)
     host = username = password = source = None
     if access == "lan":
         host = v.get(m, k, "host")
@@ -583,13 +585,13 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
         for name in ("host", "username", "password_file", "password_env"):
             if m.get(name) is not None:
                 v.err(f"{k}.{name}", "only used with access: lan")
-    if None in (access, tool, port, cipher, privilege) or (access == "lan" and (
+    if None in (access, tool, port, cipher, privilege, retransmit) or (access == "lan" and (
             host is None or username is None or password is None)):
         return None
     return BmcAccess(access=access, tool=tool, host=host, port=port, username=username,
                      password=password, password_source=source, cipher_suite=cipher,
                      privilege=privilege, workarounds=tuple(workarounds), cache_dir=cache_dir,
-                     device=device)
+                     device=device, retransmit_timeout=float(retransmit))
 
 
 DEFAULT_CAP_COMMAND = ["rocm-smi", "--setpoweroverdrive", "{watts}", "--autorespond", "y"]

@@ -254,6 +254,10 @@ class Daemon:
 
     def cycle(self) -> None:
         start = self.clock()
+        if self.need_full:
+            # The BMC was lost: the fans come first, before reading anything.
+            self.decide(start)
+            self.write(start)
         answered = self.read(start)
         if not answered:
             self.bmc_reachable = False

@@ -18,6 +18,7 @@ can tell "the BMC answered badly" from "the BMC did not answer".
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import re
 import subprocess
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import BmcAccess, ConfigError, SensorRef, Timings
+
+log = logging.getLogger("junkyard_fan.ipmi")
 
 SENSOR_NETFN = 0x04
 GET_SENSOR_READING = 0x2D
@@ -157,7 +160,8 @@ class FreeIpmiTransport:
         # retransmits inside it: a dropped packet costs a retransmission, not
         # a new session.
         ms = int(self.timeout * 1000)
-        args = [f"--session-timeout={ms}", f"--retransmission-timeout={max(ms // 4, 100)}"]
+        rt = min(int(a.retransmit_timeout * 1000), ms)
+        args = [f"--session-timeout={ms}", f"--retransmission-timeout={rt}"]
         if a.access == "lan":
             conf = self.cache_dir / "freeipmi.conf"
             fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -242,9 +246,10 @@ class IpmitoolTransport:
         a = access
         if a.access == "lan":
             self.env["IPMI_PASSWORD"] = str(a.password)
+            priv = {"ADMIN": "ADMINISTRATOR"}.get(a.privilege, a.privilege)
             self.base = ["ipmitool", "-I", "lanplus", "-C", str(a.cipher_suite),
                          "-H", str(a.host), "-p", str(a.port), "-U", str(a.username), "-E",
-                         "-L", a.privilege, "-N", f"{max(1, round(self.timeout / 2))}", "-R", "2"]
+                         "-L", priv, "-N", f"{max(1, round(self.timeout / 2))}", "-R", "2"]
         else:
             self.base = ["ipmitool", "-I", "open"]
             if a.device:
@@ -478,12 +483,16 @@ class Bmc:
         last: BmcError | None = None
         for _attempt in range(self.timings.retries):
             self.tries["read"] += 1
+            t0 = time.monotonic()
             try:
                 readings = self.transport.read(pending)
                 answered = True
+                log.debug("read %d sensors: %d answers in %.3f s", len(pending), len(readings),
+                          time.monotonic() - t0)
             except BmcToolError:
                 raise
             except BmcError as err:
+                log.debug("read failed after %.3f s: %s", time.monotonic() - t0, err)
                 self._note("read", err)
                 answered = answered or not isinstance(err, BmcNoAnswer)
                 last = err
@@ -517,12 +526,15 @@ class Bmc:
             if not todo:
                 break
             self.tries[op] += 1
+            t0 = time.monotonic()
             try:
                 answers = self.transport.raw([requests[i] for i in todo])
                 answered = True
+                log.debug("%s: %d raw requests in %.3f s", op, len(todo), time.monotonic() - t0)
             except BmcToolError:
                 raise
             except BmcError as err:
+                log.debug("%s failed after %.3f s: %s", op, time.monotonic() - t0, err)
                 self._note(op, err)
                 answered = answered or not isinstance(err, BmcNoAnswer)
                 last = err
