@@ -1,0 +1,70 @@
+# Copyright (c) 2026, junkyard.cluster developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters for the health report and the burn-in verdict (logic in module_utils/health.py)."""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.junkyard.cluster.plugins.module_utils import health as h
+
+DOCUMENTATION = r"""
+name: health
+short_description: Build the cluster health report and the burn-in verdict
+description:
+  - C(health_report(hosts, model, thresholds)) builds the report from what
+    C(playbooks/health_report.yml) registered per node; a node whose results
+    are unreachable, or missing, is reported unreachable.
+  - C(health_markdown(report)) and C(health_summary(report)) render it.
+  - C(health_expected_mounts(model, node)) lists the mounts a node must have.
+  - C(health_dimm_labels(labels)) normalises a profile's C(memory.dimm_labels).
+  - C(health_burn_in_verdict(before, after, samples, limit, stress, gpu_expected)).
+  - C(health_parse_prometheus(text)) parses Prometheus text exposition.
+"""
+
+
+def _wrap(fn):
+    def inner(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except h.HealthError as err:
+            raise AnsibleFilterError(str(err)) from None
+    inner.__name__ = fn.__name__
+    inner.__doc__ = fn.__doc__
+    return inner
+
+
+def health_report(hosts, model=None, thresholds=None, now=None):
+    return h.build_report(hosts, model, thresholds, now)
+
+
+def health_expected_mounts(model, node, include_data=True):
+    nodes = {n.get("name"): n for n in (model or {}).get("nodes", [])}
+    if node not in nodes:
+        raise h.HealthError(f"{node} is not a node of cluster_model "
+                            f"({', '.join(sorted(nodes)) or 'none'})")
+    return h.expected_mounts(nodes[node], model.get("data_datasets", []), include_data)
+
+
+def health_dimm_labels(labels, default_locations="{index}.0.0,{index}.1.0", where="dimm_labels"):
+    return h.dimm_label_entries(labels, default_locations, where)
+
+
+def health_burn_in_verdict(before, after, samples, gpu_temp_limit_c=95.0, stress=None,
+                           gpu_expected=False):
+    return h.burn_in_verdict(before, after, samples, gpu_temp_limit_c, stress, gpu_expected)
+
+
+def health_parse_prometheus(text):
+    return [{"name": n, "labels": lab, "value": h._num(v)}
+            for n, lab, v in h.parse_prometheus(text)]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "health_report": _wrap(health_report),
+            "health_markdown": _wrap(h.report_markdown),
+            "health_summary": _wrap(h.report_summary),
+            "health_expected_mounts": _wrap(health_expected_mounts),
+            "health_dimm_labels": _wrap(health_dimm_labels),
+            "health_burn_in_verdict": _wrap(health_burn_in_verdict),
+            "health_parse_prometheus": _wrap(health_parse_prometheus),
+        }
