@@ -65,8 +65,12 @@ def kvm_note() -> str:
 
 def port_in_use(port: int, kind: int = socket.SOCK_STREAM) -> bool:
     with socket.socket(socket.AF_INET, kind) as s:
+        if kind == socket.SOCK_STREAM:  # as servers do: TIME_WAIT leftovers are no conflict
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            if kind == socket.SOCK_STREAM:
+                s.listen()
         except OSError:
             return True
     return False

@@ -9,101 +9,15 @@ head image, ~10 min; warm: ~2 min), yields a :class:`LabHandle`, and runs
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-LAB_CMD = [sys.executable, str(REPO / "lab" / "lab")]
-sys.path.insert(0, str(REPO / "lab"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from jylab import bmc, config, host, vm  # noqa: E402
-
-
-def lab_cli(*args: str, env: dict | None = None, timeout: float = 1800,
-            log: Path | None = None) -> subprocess.CompletedProcess:
-    """Run lab/lab with args; output captured (and copied to log if given)."""
-    res = subprocess.run([*LAB_CMD, *args], capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, **(env or {})}, cwd=REPO, check=False)
-    if log:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a") as f:
-            f.write(f"$ lab {' '.join(args)}  (exit {res.returncode})\n{res.stdout}{res.stderr}\n")
-    return res
-
-
-def lab_prerequisites() -> str | None:
-    if os.geteuid() != 0:
-        return "the lab needs root"
-    missing = [t for t in ("qemu-system-x86_64", "ipmi_sim", "ipmitool", "debootstrap")
-               if shutil.which(t) is None]
-    return f"missing host tools: {', '.join(missing)}" if missing else None
-
-
-class LabHandle:
-    """The running lab, as the tests see it."""
-
-    def __init__(self, up: subprocess.CompletedProcess, took: float):
-        self.cfg = config.load()
-        self.up_result = up
-        self.up_seconds = took
-
-    @property
-    def nodes(self) -> list[config.Node]:
-        return self.cfg.nodes
-
-    def ssh(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["ssh", "-i", str(self.cfg.ssh_key), "-p", str(self.cfg.ssh_port),
-             "-o", "BatchMode=yes", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR",
-             "root@127.0.0.1", command],
-            capture_output=True, text=True, timeout=timeout, check=False,
-            stdin=subprocess.DEVNULL)
-
-    def ipmitool(self, node: config.Node, *args: str) -> subprocess.CompletedProcess:
-        """ipmitool -I lanplus -C 3 to node's BMC on 127.0.0.1."""
-        return subprocess.run(
-            ["ipmitool", "-I", "lanplus", "-C", "3", "-H", "127.0.0.1",
-             "-p", str(node.bmc_port), "-U", node.bmc_user, "-P", self.cfg.bmc_password,
-             *args],
-            capture_output=True, text=True, timeout=60, check=False)
-
-    def qemu_pid(self, node: config.Node) -> int | None:
-        """The pid of node's qemu process, if one runs."""
-        try:
-            pid = int(vm.pid_path(self.cfg, node.name).read_text())
-        except (OSError, ValueError):
-            pid = None
-        if pid and host.alive(pid) and "qemu-system" in host.cmdline(pid):
-            return pid
-        for proc in Path("/proc").iterdir():  # pidfile gone, process still there?
-            if proc.name.isdigit():
-                cmd = host.cmdline(int(proc.name))
-                if cmd.startswith("qemu-system") and f"-name {node.name} " in cmd \
-                        and str(self.cfg.state) in cmd and host.alive(int(proc.name)):
-                    return int(proc.name)
-        return None
-
-    def wait_qemu(self, node: config.Node, running: bool, timeout: float = 30) -> int | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pid = self.qemu_pid(node)
-            if bool(pid) == running:
-                return pid
-            time.sleep(0.25)
-        raise AssertionError(f"{node.name}'s qemu is {'not ' if running else ''}running "
-                             f"{timeout:.0f}s after the power change")
-
-    def console(self, name: str) -> str:
-        return vm.console_log(self.cfg, name).read_text(errors="replace")
-
-    def bmc_dir(self, node: config.Node) -> Path:
-        return bmc.bmc_dir(self.cfg, node)
+from labtools import LabHandle, lab_cli, lab_prerequisites
 
 
 @pytest.fixture(scope="session")

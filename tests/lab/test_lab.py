@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, lab_cli, lab_prerequisites
 from jylab import host
+from labtools import REPO, lab_cli, lab_prerequisites
 
 pytestmark = pytest.mark.lab
 
@@ -151,7 +151,7 @@ def test_status_shows_every_vm(lab, lab_log):
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.search(r"^head\s+running .*ssh: (running|degraded|starting)", res.stdout, re.M)
     for node in lab.nodes:
-        assert re.search(rf"^{node.name}\s+running BMC power on", res.stdout, re.M), res.stdout
+        assert re.search(rf"^{node.name}\s+running\s+BMC power on", res.stdout, re.M), res.stdout
 
 
 @pytest.mark.parametrize("index", [0, 1])
