@@ -105,21 +105,28 @@ def main(argv: list[str] | None = None) -> int:
         # From here on a signal leaves the loop through the fail-safe.
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, _raise_shutdown)
+    changes = not (args.once or args.check)  # only the daemon itself touches the fans
     try:
         daemon.setup()
     except ConfigError as err:
         print(f"junkyard-fan: {args.config}: {err}", file=sys.stderr)
+        if changes:
+            daemon.failsafe("the configuration does not match the BMC")
         return EXIT_CONFIG
-    except Shutdown:
+    except Shutdown as sig:
+        daemon.failsafe(f"signal {sig.signum} during start-up")
         return 0
     except BmcError as err:
         log.error("cannot read the BMC's sensor list: %s", err)
-        if args.once or args.check:
-            return EXIT_BMC
-        # Without the SDR we cannot regulate; fans to 100 % and let the
-        # supervisor restart us.
-        daemon.failsafe(f"BMC unusable at start ({err})")
+        if changes:
+            # Without the SDR we cannot regulate: fans to 100 % and let the
+            # supervisor restart us.
+            daemon.failsafe(f"BMC unusable at start ({err})")
         return EXIT_BMC
+    except BaseException as err:
+        if changes:
+            daemon.failsafe(f"unhandled error during start-up: {err!r}")
+        raise
     if args.check:
         print(f"{args.config}: configuration and sensors OK")
         return 0
