@@ -72,7 +72,12 @@ class SimOptions:
     sdr_source: Path = HERE / "g292z20.sdrs"
     fanmod: bool = True
     ianas: tuple[int, ...] = (15370,)
-    # Chassis power hooks, for the lab (qemu): see ipmi_lan(5).
+    # Chassis power hooks, for the lab (qemu): see ipmi_lan(5). ipmi_sim only
+    # manages the startcmd process through the VM serial interface (channel
+    # 15), so with a startcmd a serial port is always configured (a free one
+    # unless given); "{serial_port}" in startcmd is replaced by it, for qemu's
+    # "-chardev socket,id=ipmi0,host=127.0.0.1,port={serial_port},reconnect=10
+    #  -device isa-ipmi-bt,bmc=..." style wiring.
     startcmd: str | None = None
     startnow: bool = False
     poweroff_wait: int | None = None
@@ -181,6 +186,7 @@ class BmcSim:
         self.host = "127.0.0.1"
         self.port = 0
         self.console_port = 0
+        self.serial_port: int | None = None
         self.log_path = self.workdir / "fanmod.log"
         self.faults_path = self.workdir / "fanmod.faults"
         self.password_file = self.workdir / "bmc.password"
@@ -207,12 +213,14 @@ class BmcSim:
             f"  user 2 true {_quote(opts.user)} {_quote(opts.password)} admin 10 "
             "none md2 md5 straight",
         ]
-        if opts.serial_port is not None:
-            lines.append(f"  serial 15 {self.host} {opts.serial_port} codec VM")
+        serial = self.serial_port if self.serial_port is not None else opts.serial_port
+        if serial is not None:
+            lines.append(f"  serial 15 {self.host} {serial} codec VM")
         if opts.chassis_control:
             lines.append(f"  chassis_control {_quote(opts.chassis_control)}")
         if opts.startcmd:
-            lines.append(f"  startcmd {_quote(opts.startcmd)}")
+            cmd = opts.startcmd.replace("{serial_port}", str(serial))
+            lines.append(f"  startcmd {_quote(cmd)}")
             lines.append(f"  startnow {'true' if opts.startnow else 'false'}")
         if opts.poweroff_wait is not None:
             lines.append(f"  poweroff_wait {int(opts.poweroff_wait)}")
@@ -241,6 +249,9 @@ class BmcSim:
         for _attempt in range(3):  # a free port can be taken between probe and bind
             self.port = free_port(socket.SOCK_DGRAM)
             self.console_port = free_port(socket.SOCK_STREAM)
+            self.serial_port = self.options.serial_port
+            if self.serial_port is None and self.options.startcmd:
+                self.serial_port = free_port(socket.SOCK_STREAM)
             state = self.workdir / "state"
             shutil.rmtree(state, ignore_errors=True)
             (state / "ipmi_sim" / self.options.name).mkdir(parents=True)
@@ -314,14 +325,18 @@ class BmcSim:
                 self._console.close()
             self._console = None
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        # A startcmd (VM) the simulator left behind is in the session we made.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
 
     def stop(self) -> None:
         self._terminate()

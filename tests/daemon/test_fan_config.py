@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from fan_fixtures import G292_Z20, FakeTransport, raw_config
@@ -190,3 +191,24 @@ def test_profile_is_not_modified_by_validation():
     parse_config(raw, env={})
     assert raw == before
     assert G292_Z20["fan_zones"][0]["gpus"] == [0, 1, 2, 3]
+
+
+def test_the_documented_example_is_valid_and_check_config_says_so(capsys):
+    from junkyard_fan.cli import main
+
+    example = Path(__file__).resolve().parents[2] / "daemon" / "examples" / "g292-z20.yml"
+    cfg = load_config(example)
+    assert cfg.bmc.access == "inband" and cfg.profile.gpu_count == 8
+    assert main(["--config", str(example), "--check-config"]) == 0
+    assert "configuration OK" in capsys.readouterr().out
+
+
+def test_check_config_reports_problems_with_exit_code_2(tmp_path, capsys):
+    from junkyard_fan.cli import main
+
+    bad = tmp_path / "bad.yml"
+    bad.write_text("profile: {}\ntimings: {interval: 0}\n")
+    assert main(["--config", str(bad), "--check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "timings.interval: must be > 0, got 0" in err
+    assert "profile.bmc: is required" in err

@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--once", action="store_true",
                       help="print readings and the duties it would set; change nothing")
     mode.add_argument("--check", action="store_true",
-                      help="validate the configuration (and the sensors, with the BMC)")
+                      help="validate the configuration and its sensors against the BMC")
+    mode.add_argument("--check-config", action="store_true",
+                      help="validate the configuration file only (no BMC access)")
     args = parser.parse_args(argv)
 
     try:
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"junkyard-fan: {args.config}: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.check_config:
+        print(f"{args.config}: configuration OK")
+        return 0
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("junkyard_fan")

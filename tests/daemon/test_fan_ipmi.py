@@ -1,0 +1,96 @@
+"""Unit tests of the IPMI wrapper's parsers and decoding (no BMC needed)."""
+
+from __future__ import annotations
+
+import pytest
+from junkyard_fan.ipmi import (
+    BmcNoAnswer,
+    Reading,
+    SensorInfo,
+    decode_sensor_reading,
+    parse_freeipmi_fields,
+    parse_freeipmi_verbose,
+    parse_ipmitool_exec,
+    parse_sdr_dump,
+)
+
+
+def full_record(rec_id: int, number: int, name: str, m: int, b: int, r_exp: int, b_exp: int,
+                analog_format: int = 0) -> bytes:
+    body = bytearray(43)  # bytes 5..47 of a type 1 record (48 with the id type/length)
+    body[0], body[2] = 0x20, number  # owner, sensor number
+    body[8] = 0x01  # event/reading type: threshold
+    body[15] = analog_format << 6
+    body[19] = m & 0xFF
+    body[20] = (m >> 2) & 0xC0
+    body[21] = b & 0xFF
+    body[22] = (b >> 2) & 0xC0
+    body[24] = ((r_exp & 0xF) << 4) | (b_exp & 0xF)
+    ident = name.encode()
+    rec = bytes(body[:42]) + bytes([0xC0 | len(ident)]) + ident
+    return bytes([rec_id & 0xFF, rec_id >> 8, 0x51, 0x01, len(rec)]) + rec
+
+
+def compact_record(rec_id: int, number: int, name: str) -> bytes:
+    body = bytearray(26)
+    body[2], body[8] = number, 0x6F
+    ident = name.encode()
+    rec = bytes(body) + bytes([0xC0 | len(ident)]) + ident
+    return bytes([rec_id, 0, 0x51, 0x02, len(rec)]) + rec
+
+
+def test_sdr_dump_parsing_and_linear_conversion():
+    blob = (full_record(2, 0x01, "GPU0_12V_I", m=25, b=0, r_exp=-2, b_exp=0)
+            + full_record(3, 0x21, "CPU0_TEMP", m=1, b=-5, r_exp=0, b_exp=1, analog_format=2)
+            + compact_record(4, 0x42, "PSU2_STATUS"))
+    cur, temp, psu = parse_sdr_dump(blob)
+    assert (cur.name, cur.number, cur.record_id, cur.discrete) == ("GPU0_12V_I", 1, 2, False)
+    assert cur.convert(88) == pytest.approx(22.0)  # 88 counts x 0.25 A
+    assert temp.convert(0xF6) == pytest.approx(-10 - 50)  # two's complement, B = -5 x 10^1
+    assert (psu.name, psu.number, psu.discrete) == ("PSU2_STATUS", 0x42, True)
+
+
+def test_get_sensor_reading_decoding():
+    cur = SensorInfo("GPU0_12V_I", 1, 2, discrete=False, m=25, r_exp=-2)
+    psu = SensorInfo("PSU1_STATUS", 0x41, 3, discrete=True)
+    assert decode_sensor_reading(cur, bytes([0x10, 0xC0, 0, 0])) == Reading(value=4.0)
+    assert decode_sensor_reading(cur, bytes([0x10, 0xE0, 0, 0])) == Reading()  # unavailable
+    assert decode_sensor_reading(cur, bytes([0x10, 0x80, 0, 0])) == Reading()  # not scanning
+    assert decode_sensor_reading(cur, b"") == Reading()  # empty answer
+    assert decode_sensor_reading(psu, bytes([0, 0xC0, 0x0B, 0x80])) == Reading(states=0x0B)
+
+
+def test_ipmitool_exec_output_maps_to_requests_in_order():
+    text = (" 10 c0 00 00\n"
+            "Unable to send RAW command (channel=0x0 netfn=0x4 lun=0x0 cmd=0x2d rsp=0xcb): "
+            "Requested sensor, data, or record not found\n"
+            "\n"
+            " 00 c0 01 00\n")
+    out = parse_ipmitool_exec(text, 5, 1)
+    assert out == [(0, bytes([0x10, 0xC0, 0, 0])), (0xCB, b""), (0, b""),
+                   (0, bytes([0, 0xC0, 1, 0])), None]
+
+
+def test_ipmitool_session_failure_is_no_answer():
+    with pytest.raises(BmcNoAnswer):
+        parse_ipmitool_exec("Error: Unable to establish IPMI v2 / RMCP+ session\n", 3, 1)
+
+
+def test_freeipmi_fields():
+    assert parse_freeipmi_fields("22.50", "0000h", False) == Reading(value=22.5)
+    assert parse_freeipmi_fields("N/A", "N/A", False) == Reading()
+    assert parse_freeipmi_fields("N/A", "0003h", True) == Reading(states=3)
+    assert parse_freeipmi_fields("N/A", "N/A", True) == Reading()
+
+
+def test_freeipmi_verbose_sdr_listing():
+    text = ("Record ID: 1\nRecord Type: Management Controller Device Locator Record (12h)\n"
+            "Device ID String: BMC\n\n"
+            "Record ID: 2\nRecord Type: Full Sensor Record (1h)\nID String: GPU0_12V_I\n"
+            "Sensor Type: Current (3h)\nSensor Number: 1\nEvent/Reading Type Code: 1h\n\n"
+            "Record ID: 29\nRecord Type: Compact Sensor Record (2h)\nID String: PSU2_STATUS\n"
+            "Sensor Type: Power Supply (8h)\nSensor Number: 66\n"
+            "Event/Reading Type Code: 6Fh\n")
+    cur, psu = parse_freeipmi_verbose(text)
+    assert (cur.name, cur.number, cur.record_id, cur.discrete) == ("GPU0_12V_I", 1, 2, False)
+    assert (psu.name, psu.number, psu.record_id, psu.discrete) == ("PSU2_STATUS", 66, 29, True)
