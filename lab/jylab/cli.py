@@ -409,6 +409,52 @@ def power_cmd(lab: Lab, args) -> int:
     return 0
 
 
+def inband_check(lab: Lab, args) -> int:
+    """Boot node's qemu from a copy of the head disk and read the BMC through /dev/ipmi0."""
+    if not read_state(lab):
+        raise LabError("the lab is not running (`lab up` first)")
+    node = lab.node(args.name)
+    head_dir = build.head_dir(lab)
+    was_on = bmc.power_status(lab, node)
+    if was_on:
+        bmc.power(lab, node, "off")
+        deadline = time.monotonic() + 20
+        while vm_pid(lab, node.name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    overlay = lab.state / "disks" / f"{node.name}-probe.qcow2"
+    host.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(head_dir / "head.img"),
+              "-F", "raw", str(overlay)])
+    port = free_tcp_port()
+    spec = vm.write_spec(lab, vm.probe_spec(lab, node, head_dir / "vmlinuz",
+                                            head_dir / "initrd.img", overlay, port))
+    pid = host.spawn(vm.launcher(spec), vm.vm_dir(lab) / f"{node.name}-probe.log")
+    start = time.monotonic()
+    try:
+        probe = Lab(**{**lab.__dict__, "ssh_port": port, "head_timeout": 300})
+        wait_head(probe, pid)
+        print(f"{node.name}'s qemu booted from a copy of the head disk in "
+              f"{time.monotonic() - start:.0f}s; reading its BMC in-band:")
+        res = ssh(probe, "modprobe ipmi_si 2>/dev/null; modprobe ipmi_devintf; "
+                  "for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /dev/ipmi0 ] && break; sleep 1; done; "
+                  "ls -l /dev/ipmi0 && ipmitool -I open mc info | head -n 3 && "
+                  "ipmitool -I open sdr list | head -n 4", timeout=120)
+        print(res.stdout + res.stderr)
+        ok = res.returncode == 0 and "/dev/ipmi0" in res.stdout and "Device ID" in res.stdout
+        print(f"in-band IPMI on {node.name}: {'works' if ok else 'FAILED'}")
+        return 0 if ok else 1
+    finally:
+        host.stop_pid(pid, str(lab.state))
+        overlay.unlink(missing_ok=True)
+        if was_on:
+            bmc.power(lab, node, "on")
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_exec"]:  # internal: the VM launcher (BMC startcmd)
@@ -433,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("action", choices=["on", "off", "cycle", "reset", "status"])
     p.set_defaults(func=power_cmd, lock=False)
+    p = sub.add_parser("inband-check", help="check that a node's BMC answers on /dev/ipmi0")
+    p.add_argument("name")
+    p.set_defaults(func=inband_check, lock=False)
     p = sub.add_parser("ssh", help="ssh to the head (optionally run a command)")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=ssh_cmd, lock=False)

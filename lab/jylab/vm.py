@@ -101,6 +101,30 @@ def node_spec(lab: Lab, node: Node) -> dict:
     return {"name": node.name, "argv": argv, "taps": taps}
 
 
+def probe_spec(lab: Lab, node: Node, kernel: Path, initrd: Path, overlay: Path,
+               ssh_port: int) -> dict:
+    """node's own qemu (same NICs, same in-band KCS link to its BMC), booted from a copy of
+    the head's disk instead of the network: to check /dev/ipmi0 before nodes have an OS."""
+    spec = node_spec(lab, node)
+    argv = spec["argv"]
+    i = argv.index("-boot")
+    del argv[i:i + 2]
+    argv[argv.index("-pidfile") + 1] = str(pid_path(lab, f"{node.name}-probe"))
+    argv[argv.index("-name") + 1] = f"{node.name}-probe"
+    log = console_log(lab, f"{node.name}-probe")
+    argv[argv.index("-chardev") + 1] = f"file,id=con,path={log},append=on"
+    argv += [
+        "-kernel", str(kernel), "-initrd", str(initrd),
+        "-append", "root=LABEL=headroot rw console=ttyS0,115200 mitigations=off",
+        "-drive", f"file={overlay},if=none,id=root,format=qcow2,cache=unsafe",
+        "-device", "virtio-blk-pci,drive=root",
+        "-netdev", f"user,id=lab,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+        "-device", f"virtio-net-pci,netdev=lab,mac={HEAD_USER_MAC},romfile=",
+        "-fw_cfg", f"name=opt/junkyard/authorized_keys,file={lab.ssh_key}.pub",
+    ]
+    return dict(spec, name=f"{node.name}-probe", argv=argv)
+
+
 def write_spec(lab: Lab, spec: dict) -> Path:
     path = spec_path(lab, spec["name"])
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,16 @@ def test_node_serial_log_shows_network_boot_on_mgmt(lab, index):
     assert re.search(rf"Configuring \(net0 {mgmt.mac}\)", text), text[-2000:]
 
 
+def test_node_bmc_answers_in_band_on_dev_ipmi0(lab, lab_log):
+    """qemu's ipmi-bmc-extern + isa-ipmi-kcs, wired to the node's own ipmi_sim."""
+    node = lab.nodes[0]
+    res = lab_cli("inband-check", node.name, timeout=600, log=lab_log)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "/dev/ipmi0" in res.stdout
+    assert "GPU0_12V_I" in res.stdout  # the fan daemon's G292-Z20 sensor model
+    assert lab.wait_qemu(node, running=True), "the node is powered on again afterwards"
+
+
 def test_second_up_says_the_lab_runs(lab, lab_log):
     res = lab_cli("up", timeout=60, log=lab_log)
     assert res.returncode == 2
