@@ -147,8 +147,8 @@ def test_current_step_moves_its_zone_within_one_cycle_and_not_the_other(
     d = run_daemon(write_config(tmp_path, sim))
     first = wait_for(lambda: settled(sim), 30, "initial duties", d)
     assert first == {FRONT: 25, REAR: 25, CPU: 29}  # idle: 8 x 48 W, CPU 45 C
-    step_at = time.time()
     sim.set_gpu_current(1, 22.0)  # GPU1: 264 W; front zone 3 x 48 + 264 = 408 W
+    step_at = time.time()  # every read logged from now on sees the step
     moved = wait_for(lambda: [r for r in sim.fan_commands(step_at) if duty(r)[0] == FRONT],
                      15, "front zone command", d)
     # 408 W over [4 x 60, 4 x 270] W maps to 25 + 75 * 0.2 = 40 %, reached at once.
@@ -256,7 +256,8 @@ def test_psu_failure_caps_power_and_recovery_lifts_it(tmp_path, sim, run_daemon)
     assert 8 * 198 + 500 <= 2200  # eight GPUs at the cap plus the rest fit one PSU
     # The decision came from the PSU2 status the BMC reported.
     assert sensor_reads(sim, PSU2_SENSOR, failed_at)
-    assert 'junkyard_fan_power_cap_watts 198' in (tmp_path / "fan.prom").read_text()
+    wait_for(lambda: "junkyard_fan_power_cap_watts 198" in (tmp_path / "fan.prom").read_text(),
+             10, "the cap in the metrics", d)
     sim.set_psu_failed(2, False)
     wait_for(lambda: "reset" in caps.read_text(), 15, "cap lifted", d)
     assert caps.read_text().splitlines() == ["cap 198", "reset"]

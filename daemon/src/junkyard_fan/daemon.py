@@ -318,7 +318,6 @@ class Daemon:
     def samples(self) -> list[tuple[str, dict[str, str], float]]:
         now = self.clock()
         out: list[tuple[str, dict[str, str], float]] = []
-        p = self.cfg.profile
         for key, st in self.sensors.items():
             if st.value is not None and st.fresh(now, self.cfg.timings.stale_after):
                 out.append(("sensor_reading", {"sensor": st.info.name, "role": st.role},
@@ -347,7 +346,6 @@ class Daemon:
         out.append(("power_cap_errors_total", {}, self.guard.errors))
         out.append(("cycles_total", {}, self.cycles))
         out.append(("cycle_seconds", {}, self.last_cycle_s))
-        del p
         return out
 
     def export(self, now: float) -> None:
