@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -153,8 +154,14 @@ def preflight(lab: Lab) -> None:
     host.check_ports(ports)
 
 
+def _terminated(signum, frame):
+    raise SystemExit(f"terminated by signal {signum}")
+
+
 def up(lab: Lab, args) -> int:
     total = time.monotonic()
+    signal.signal(signal.SIGTERM, _terminated)  # clean up as for Ctrl-C
+    signal.signal(signal.SIGHUP, _terminated)
     preflight(lab)
     print(host.kvm_note())
     state: dict = {"netns": lab.netns, "pids": {}, "started": time.time()}

@@ -56,7 +56,8 @@ class Lab:
 
     @property
     def cache(self) -> Path:
-        return self.repo / ".cache" / "lab"
+        env = os.environ.get("JUNKYARD_LAB_CACHE")
+        return Path(env).resolve() if env else self.repo / ".cache" / "lab"
 
     @property
     def ssh_key(self) -> Path:
