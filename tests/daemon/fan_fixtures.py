@@ -102,5 +102,6 @@ class FakeTransport:
         """fan_id -> last duty byte sent (Gigabyte set_duty layout)."""
         out: dict[int, int] = {}
         for r in self.sent:
-            out[r.data[3]] = r.data[5]
+            if r.netfn == 0x2E:
+                out[r.data[3]] = r.data[5]
         return out

@@ -9,7 +9,7 @@ import pytest
 from fan_fixtures import FakeClock, FakeTransport, config, raw_config
 from junkyard_fan.config import parse_config
 from junkyard_fan.daemon import Daemon, Shutdown
-from junkyard_fan.ipmi import Bmc, BmcBadResponse, BmcNoAnswer, Reading
+from junkyard_fan.ipmi import Bmc, BmcBadResponse, BmcNoAnswer, Reading, SensorInfo
 from junkyard_fan.powerguard import PowerGuard
 
 FRONT, REAR, CPU = 1, 2, 0
@@ -298,3 +298,50 @@ def test_z45_calibration_halves_the_power():
     d45.cycle()
     assert z20 == 240.0
     assert d45.gpu_power_w("profile.bmc.gpu_current_sensors[0]") == 120.0
+
+
+def test_a_hanging_cap_command_does_not_stop_the_fans(tmp_path):
+    hang = tmp_path / "hang"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.chmod(0o755)
+    d, fake, clock, _ = make(power_guard={"command": [str(hang), "{watts}"],
+                                          "reset_command": ["true"], "command_timeout": 1})
+    d.guard = PowerGuard(d.cfg, wait=0.05)  # real subprocesses
+    tick(d, clock)
+    fake.values["PSU2_STATUS"] = Reading(states=0b11)
+    tick(d, clock)
+    assert d.guard.busy and not d.guard.capped
+    fake.values["GPU0_12V_I"] = Reading(value=25.0)
+    tick(d, clock)
+    assert fake.duties()[FRONT] > 25  # still regulating while the command hangs
+    d.guard._job[0].join(5)  # the command is killed after command_timeout
+    tick(d, clock)
+    assert d.guard.errors == 1 and not d.guard.capped
+
+
+def test_renumbered_sdr_is_read_again():
+    d, fake, clock, _ = make()
+    tick(d, clock)
+    # The BMC was reset and renumbered its sensors.
+    fake.infos = [SensorInfo(i.name, i.number + 0x60, i.record_id + 100, i.discrete)
+                  for i in fake.infos]
+    fake.sdr_changed = True
+    tick(d, clock)
+    assert not fake.sdr_changed
+    assert d.sensors["profile.bmc.gpu_current_sensors[0]"].info.record_id == 102
+    assert d.bmc.tries["discover"] == 2
+
+
+def test_manual_mode_is_reasserted_with_every_refresh():
+    raw = raw_config(timings={**TIMINGS, "rewrite_every": 5})
+    raw["profile"]["fan_commands"]["manual"] = "0x30 0x45 0x01 {fan_id}"
+    cfg = parse_config(raw, env={})
+    fake, clock = FakeTransport(), FakeClock()
+    d = Daemon(cfg, Bmc(cfg.bmc, cfg.timings, transport=fake, sleep=lambda s: None),
+               guard=PowerGuard(cfg, run=Recorder()), clock=clock)
+    d.setup()
+    assert [(r.netfn, r.cmd, r.data) for r in fake.sent] == [
+        (0x30, 0x45, bytes([1, f])) for f in (1, 2, 0)]
+    tick(d, clock, 6)
+    manual = [r for r in fake.sent if r.netfn == 0x30]
+    assert len(manual) == 9  # at start-up, with the first write, with the refresh

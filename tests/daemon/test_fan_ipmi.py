@@ -94,3 +94,22 @@ def test_freeipmi_verbose_sdr_listing():
     cur, psu = parse_freeipmi_verbose(text)
     assert (cur.name, cur.number, cur.record_id, cur.discrete) == ("GPU0_12V_I", 1, 2, False)
     assert (psu.name, psu.number, psu.record_id, psu.discrete) == ("PSU2_STATUS", 66, 29, True)
+
+
+def test_freeipmi_renumbered_sdr_is_never_misread(tmp_path):
+    """A record id that now answers with another sensor's name is no reading."""
+    import subprocess
+
+    from fan_fixtures import config
+    from junkyard_fan.ipmi import FreeIpmiTransport
+
+    cfg = config(bmc={"access": "inband", "cache_dir": str(tmp_path)})
+    out = "2,GPU0_12V_I,Current,4.00,A,0000h\n3,GPU1_TEMP,Temperature,40.00,C,0000h\n"
+
+    def run(argv, timeout, env=None):
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    t = FreeIpmiTransport(cfg.bmc, cfg.timings, run=run)
+    got = t.read([SensorInfo("GPU0_12V_I", 1, 2, False), SensorInfo("GPU1_12V_I", 2, 3, False)])
+    assert got == {"GPU0_12V_I": Reading(value=4.0)}
+    assert t.sdr_changed

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import metrics
-from .config import Config, FanZone, SensorRef
+from .config import Config, ConfigError, FanZone, SensorRef
 from .control import FULL, CpuZoneController, GpuZoneController, ZoneController
 from .ipmi import Bmc, BmcError, BmcNoAnswer, RawRequest, Reading, SensorInfo
 from .powerguard import PowerGuard
@@ -127,6 +127,20 @@ class Daemon:
             except BmcError as err:
                 log.warning("could not switch fans to manual mode yet: %s", err)
 
+    def rediscover(self) -> None:
+        """The BMC's SDR changed under us: read it again and re-resolve the sensors."""
+        self.bmc.transport.sdr_changed = False
+        log.warning("the BMC's sensor records changed: reading its SDR again")
+        try:
+            self.bmc.discover()
+            infos = self.bmc.resolve({k: st.info.name for k, st in self.sensors.items()})
+        except (BmcError, ConfigError) as err:
+            # Zones whose sensors are gone get no input: hold, then 100 %.
+            self._once("sdr", str(err), logging.ERROR, "SDR re-read failed: %s", err)
+            return
+        for key, info in infos.items():
+            self.sensors[key].info = info
+
     # ------------------------------------------------------------ helpers
     def _once(self, key: str, value: str, level: int, msg: str, *args: object) -> None:
         """Log only when ``key`` changes to a new ``value``."""
@@ -170,6 +184,8 @@ class Daemon:
             self._once("bmc", "bad", logging.WARNING, "BMC answers badly: %s", err)
             return True
         self._once("bmc", "ok", logging.INFO, "BMC answers")
+        if getattr(self.bmc.transport, "sdr_changed", False):
+            self.rediscover()
         for st in self.sensors.values():
             r = got.get(st.info.name)
             if r is not None:
@@ -231,8 +247,13 @@ class Daemon:
             assert zs.duty is not None
             reqs.append(RawRequest(*self.cfg.profile.set_duty.render(
                 fan_id=zs.zone.fan_id, duty=self._byte(zs.duty))))
+        manual = self.cfg.profile.manual
+        extra = []
+        if everything and manual is not None:
+            # A BMC that was reset is back in its own mode: re-assert manual.
+            extra = [RawRequest(*manual.render(fan_id=zs.zone.fan_id)) for zs in todo]
         try:
-            ok = self.bmc.raw(reqs)
+            ok = self.bmc.raw(extra + reqs)[len(extra):]
         except BmcError as err:
             self._once("write", "failed", logging.ERROR, "fan commands not delivered: %s", err)
             for zs in todo:

@@ -153,6 +153,7 @@ class FreeIpmiTransport:
         self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.cache_dir, 0o700)
         self.base = self._base_args()
+        self.sdr_changed = False  # a record id answered with another sensor's name
 
     def _base_args(self) -> list[str]:
         a = self.access
@@ -204,6 +205,11 @@ class FreeIpmiTransport:
                 continue
             info = by_id.get(int(parts[0]))
             if info is None:
+                continue
+            if parts[1] != info.name:
+                # The SDR was renumbered (BMC reset, firmware update): never
+                # take another sensor's reading for this one.
+                self.sdr_changed = True
                 continue
             out[info.name] = parse_freeipmi_fields(parts[3], parts[5], info.discrete)
         if not out:
