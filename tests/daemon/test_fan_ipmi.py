@@ -113,3 +113,33 @@ def test_freeipmi_renumbered_sdr_is_never_misread(tmp_path):
     got = t.read([SensorInfo("GPU0_12V_I", 1, 2, False), SensorInfo("GPU1_12V_I", 2, 3, False)])
     assert got == {"GPU0_12V_I": Reading(value=4.0)}
     assert t.sdr_changed
+
+
+def test_inband_and_lan_arguments_keep_the_password_off_the_command_line(tmp_path):
+    import stat
+
+    from fan_fixtures import config, raw_config
+    from junkyard_fan.config import parse_config
+    from junkyard_fan.ipmi import FreeIpmiTransport, IpmitoolTransport
+
+    inband = config(bmc={"access": "inband", "device": "/dev/ipmi0",
+                         "cache_dir": str(tmp_path / "a")})
+    f = FreeIpmiTransport(inband.bmc, inband.timings)
+    assert "-D" in f.base and f.base[f.base.index("-D") + 1] == "OPENIPMI"
+    assert "--driver-device=/dev/ipmi0" in f.base and "-h" not in f.base
+    t = IpmitoolTransport(inband.bmc, inband.timings)
+    assert t.base[t.base.index("-I") + 1] == "open" and t.base[-2:] == ["-d", "0"]
+
+    lan = parse_config(raw_config(bmc={"access": "lan", "host": "10.0.3.11",
+                                       "username": "admin", "password_env": "PW",
+                                       "cache_dir": str(tmp_path / "b")}),
+                       env={"PW": "hunter2"})
+    f = FreeIpmiTransport(lan.bmc, lan.timings)
+    assert "hunter2" not in " ".join(f.base)
+    conf = tmp_path / "b" / "freeipmi" / "freeipmi.conf"
+    assert "password hunter2" in conf.read_text()
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o600
+    assert stat.S_IMODE(conf.parent.stat().st_mode) == 0o700
+    t = IpmitoolTransport(lan.bmc, lan.timings)
+    assert "hunter2" not in " ".join(t.base) and "-E" in t.base
+    assert t.env["IPMI_PASSWORD"] == "hunter2"
