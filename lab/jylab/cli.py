@@ -400,6 +400,26 @@ def run_playbook(lab: Lab, args) -> int:
     return 0
 
 
+def deploy(lab: Lab, args) -> int:
+    """lab up (unless it runs), site.yml against it, then the state of every VM."""
+    if not running(lab):
+        lock = host.Lock(lab.state / "lock")
+        lock.acquire("up")
+        try:
+            up(lab, argparse.Namespace(no_nodes=False))
+        finally:
+            lock.release()
+    cmd = [tool("ansible-playbook"), "-i", str(lab.inventory), "site.yml", *args.args]
+    env = lab.env()
+    env["PATH"] = f"{lab_repo_venv()}:{env.get('PATH', '')}"
+    print("+ " + " ".join(cmd), flush=True)
+    start = time.monotonic()
+    rc = subprocess.run(cmd, env=env, cwd=lab.repo, check=False).returncode
+    print(f"== site.yml: exit {rc} after {time.monotonic() - start:.0f}s", flush=True)
+    status(lab, argparse.Namespace(check=False))
+    return rc
+
+
 def ssh_cmd(lab: Lab, args) -> int:
     os.execvp("ssh", [*ssh_base(lab)[:-1], "-t" if sys.stdin.isatty() else "-T",
                       "root@127.0.0.1", *args.command])
@@ -472,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("up", help="build what is missing, start the lab, power on the nodes")
     p.add_argument("--no-nodes", action="store_true", help="leave the nodes powered off")
     p.set_defaults(func=up, lock=True)
+    p = sub.add_parser("deploy", help="lab up if needed, run site.yml, show every VM's state",
+                       prefix_chars="\0")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=deploy, lock=False)
     p = sub.add_parser("down", help="stop everything the lab started")
     p.set_defaults(func=down, lock=True)
     p = sub.add_parser("status", help="every VM: running or not, boot state")
