@@ -68,15 +68,16 @@ class ActionModule(ActionBase):
 
         nodes, secrets = {}, {}
         for host in groups.get(node_group, []):
-            hv = hostvars[host]
-            node = {key: hv.get(key) for key in NODE_KEYS}
+            # One variable lookup per host (hostvars[host][key] would redo it
+            # for every key), templated with that host's own variables.
             raw = hostvars.raw_get(host)
+            templar = self._templar.copy_with_new_env(available_variables=raw)
+            node = {key: templar.template(raw.get(key)) for key in NODE_KEYS}
             bmc_raw = raw.get("node_bmc")
             defaults_raw = raw.get("node_bmc_defaults")
             if isinstance(defaults_raw, dict) and isinstance(bmc_raw, dict):
                 bmc_raw = {**defaults_raw, **bmc_raw}
             if isinstance(bmc_raw, dict):
-                templar = self._templar.copy_with_new_env(available_variables=raw)
                 node["node_bmc"] = {k: templar.template(v) for k, v in bmc_raw.items()
                                     if k != "password"}
                 secrets[host] = secret_verdict(bmc_raw.get("password"), raw)
