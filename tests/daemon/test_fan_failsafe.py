@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 from fan_fixtures import FakeClock, FakeTransport, config, raw_config
+from junkyard_fan.cli import one_shot
 from junkyard_fan.config import parse_config
 from junkyard_fan.daemon import Daemon, Shutdown
 from junkyard_fan.ipmi import Bmc, BmcBadResponse, BmcNoAnswer, Reading, SensorInfo
@@ -345,3 +346,19 @@ def test_manual_mode_is_reasserted_with_every_refresh():
     tick(d, clock, 6)
     manual = [r for r in fake.sent if r.netfn == 0x30]
     assert len(manual) == 9  # at start-up, with the first write, with the refresh
+
+
+def test_one_shot_sends_nothing_even_with_a_manual_mode_command():
+    raw = raw_config(timings=TIMINGS)
+    raw["profile"]["fan_commands"]["manual"] = "0x30 0x45 0x01 {fan_id}"
+    cfg = parse_config(raw, env={})
+    fake, clock = FakeTransport(), FakeClock()
+    fake.values["GPU6_12V_I"] = Reading(value=22.0)
+    fake.values["PSU1_STATUS"] = Reading(states=0b1001)
+    d = Daemon(cfg, Bmc(cfg.bmc, cfg.timings, transport=fake, sleep=lambda s: None),
+               guard=PowerGuard(cfg, run=Recorder()), clock=clock)
+    d.setup(touch_fans=False)
+    text = one_shot(cfg, d)
+    assert fake.sent == []
+    assert "gpu-rear     fan_id 2: GPU power sum 408 W -> 40.0 %" in text
+    assert "power: PSU 1 failed -> would cap each GPU at 198 W" in text

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, _raise_shutdown)
     changes = not (args.once or args.check)  # only the daemon itself touches the fans
     try:
-        daemon.setup()
+        daemon.setup(touch_fans=changes)
     except ConfigError as err:
         print(f"junkyard-fan: {args.config}: {err}", file=sys.stderr)
         if changes:

@@ -97,8 +97,10 @@ class Daemon:
                 refs[f"profile.bmc.{name}[{i}]"] = (ref, role)
         return refs
 
-    def setup(self) -> None:
-        """Read the SDR, resolve every configured sensor (ConfigError if missing)."""
+    def setup(self, touch_fans: bool = True) -> None:
+        """Read the SDR, resolve every configured sensor (ConfigError if missing).
+
+        With ``touch_fans`` false (one-shot, checks) nothing is sent to the fans."""
         self.bmc.discover()
         refs = self.sensor_refs()
         infos = self.bmc.resolve({k: ref for k, (ref, _role) in refs.items()})
@@ -120,7 +122,7 @@ class Daemon:
                               for i in range(len(p.cpu_temp_sensors))]
             zs.last_input = now  # the deadline runs from start-up
             self.zones.append(zs)
-        if p.manual is not None:
+        if p.manual is not None and touch_fans:
             reqs = [RawRequest(*p.manual.render(fan_id=z.fan_id)) for z in p.fan_zones]
             try:
                 self.bmc.raw(reqs, op="manual")
