@@ -1,0 +1,142 @@
+# Copyright (c) 2026, junkyard.cluster developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters that turn the cluster model into the node image's boot-time tables.
+
+One image serves every node, so everything per node is rendered for all
+nodes into one file and picked at boot by the node identity
+(``junkyard.node=<name>`` on the kernel command line).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.errors import AnsibleFilterError
+
+DOCUMENTATION = r"""
+name: image
+short_description: Boot-time tables of the node image, rendered from the cluster model
+description:
+  - C(junkyard_image_builds) lists every image version to build (images and
+    versions named by nodes, plus each image's current version) with its
+    dataset, path and suite.
+  - C(junkyard_writable_table) renders the writable-path table the initramfs
+    reads (one file for all nodes).
+  - C(junkyard_datanet_table) renders the data-interface table (node, MAC,
+    address/prefix, MTU) for all nodes.
+  - C(junkyard_data_mounts) lists the science-data NFS mounts (source, path).
+author: junkyard.cluster developers
+"""
+
+_SIZE_RE = re.compile(r"^[0-9]+[kKmMgG%]?$")
+_FIELD_RE = re.compile(r"^\S+$")
+
+
+def _field(value, what):
+    value = str(value)
+    if not _FIELD_RE.match(value) or value.startswith("#"):
+        raise AnsibleFilterError(
+            f"{what} {value!r} cannot be written into a boot-time table "
+            "(empty, or contains white space, or starts with #)")
+    return value
+
+
+def image_builds(model):
+    """Every image version to build, sorted: images named by nodes (with the
+    version each node boots) and each image's current version."""
+    pool = model["pool"]["name"]
+    export_root = model["export_root"]
+    wanted = {(i, img["current_version"]) for i, img in model["images"].items()}
+    wanted |= {(n["image"], n["image_version"]) for n in model["nodes"]}
+    out = []
+    for image, version in sorted(wanted):
+        out.append({
+            "image": image,
+            "version": version,
+            "suite": model["images"][image]["suite"],
+            "dataset": f"{pool}/images/{image}/{version}",
+            "root_path": f"{export_root}/images/{image}/{version}",
+            "host": f"image-{image}-{version}",
+            "nodes": sorted(n["name"] for n in model["nodes"]
+                            if (n["image"], n["image_version"]) == (image, version)),
+        })
+    return out
+
+
+def _nfs_options(model):
+    version = model.get("nfs_version", 3)
+    if version not in (2, 3, "2", "3"):
+        raise AnsibleFilterError(
+            f"cluster_nfs_version {version} cannot be used for persistent writable paths: "
+            "the initramfs mounts them with klibc nfsmount, which speaks NFSv2/v3 only")
+    return f"vers={version},tcp"
+
+
+def writable_table(model, attempts=3, timeout=60):
+    """The writable-path table for the initramfs script (see
+    roles/stateless_root/files/initramfs-tools/scripts/init-bottom/junkyard-writable.sh).
+
+    Lines, white-space separated (# starts a comment):
+      policy <stop|tmpfs>
+      attempts <n>                         tries per persistent mount
+      timeout <seconds>                    limit of one try
+      node <name>                          one per node the table knows
+      * <kind> <path> <name> <options|->   in mount order, for every node
+      <node> persistent <path> <source> <nfs options>
+    """
+    policy = model.get("writable_failure_policy", "stop")
+    if policy not in ("stop", "tmpfs"):
+        raise AnsibleFilterError(f"writable_failure_policy {policy!r} is not stop or tmpfs")
+    if not isinstance(attempts, int) or attempts < 1:
+        raise AnsibleFilterError(f"attempts {attempts!r} must be an integer >= 1")
+    if not isinstance(timeout, int) or timeout < 1:
+        raise AnsibleFilterError(f"timeout {timeout!r} must be an integer >= 1 (seconds)")
+    paths = model.get("writable_paths", [])
+    lines = [f"policy {policy}", f"attempts {attempts}", f"timeout {timeout}"]
+    lines += [f"node {_field(n['name'], 'node name')}" for n in model["nodes"]]
+    has_persistent = any(w["kind"] == "persistent" for w in paths)
+    nfs_opts = _nfs_options(model) if has_persistent else ""
+    for w in paths:
+        size = str(w.get("size") or "")
+        if size and not _SIZE_RE.match(size):
+            raise AnsibleFilterError(
+                f"writable path {w['path']}: size {size!r} is not a tmpfs size "
+                "(e.g. 4g, 512m, 10%)")
+        opts = f"size={size}" if size and w["kind"] != "persistent" else "-"
+        lines.append(" ".join(["*", w["kind"], _field(w["path"], "writable path"),
+                               _field(w["name"], "writable path name"), opts]))
+    for n in model["nodes"]:
+        for m in n.get("writable", []):
+            if m["kind"] == "persistent":
+                lines.append(" ".join([n["name"], "persistent", _field(m["path"], "writable path"),
+                                       _field(m["source"], "NFS source"), nfs_opts]))
+    return "\n".join(lines) + "\n"
+
+
+def datanet_table(model):
+    """<node> <mac> <address>/<prefix> <mtu>, one line per node."""
+    lines = []
+    for n in model["nodes"]:
+        data = n["data"]
+        if not data.get("mac") or not data.get("ip"):
+            raise AnsibleFilterError(f"{n['name']}: the data interface needs a mac and an ip")
+        lines.append(f"{n['name']} {data['mac']} {data['ip']}/{data['prefix']} {data['mtu']}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def data_mounts(model):
+    """Science-data mounts from the head's data address."""
+    head_ip = model["head"]["data"]["ip"]
+    return [{"name": d["name"], "path": _field(d["mount"], "data mount path"),
+             "source": f"{head_ip}:{model['export_root']}/data/{d['name']}"}
+            for d in model.get("data_datasets", [])]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "junkyard_image_builds": image_builds,
+            "junkyard_writable_table": writable_table,
+            "junkyard_datanet_table": datanet_table,
+            "junkyard_data_mounts": data_mounts,
+        }
