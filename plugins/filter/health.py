@@ -12,9 +12,11 @@ description:
   - C(health_report(hosts, model, thresholds)) builds the report from what
     C(playbooks/health_report.yml) registered per node; a node whose results
     are unreachable, or missing, is reported unreachable.
+  - C(health_collect(hostvars, names, {key: var})) picks each node's registered results.
   - C(health_markdown(report)) and C(health_summary(report)) render it.
   - C(health_expected_mounts(model, node)) lists the mounts a node must have.
   - C(health_dimm_labels(labels)) normalises a profile's C(memory.dimm_labels).
+  - C(health_label_files(profiles, boards)) lists the rasdaemon label files to write.
   - C(health_burn_in_verdict(before, after, samples, limit, stress, gpu_expected)).
   - C(health_parse_prometheus(text)) parses Prometheus text exposition.
 """
@@ -35,6 +37,10 @@ def health_report(hosts, model=None, thresholds=None, now=None):
     return h.build_report(hosts, model, thresholds, now)
 
 
+def health_collect(hostvars, names, keys):
+    return h.collect_results(hostvars, names, keys)
+
+
 def health_expected_mounts(model, node, include_data=True):
     nodes = {n.get("name"): n for n in (model or {}).get("nodes", [])}
     if node not in nodes:
@@ -45,6 +51,10 @@ def health_expected_mounts(model, node, include_data=True):
 
 def health_dimm_labels(labels, default_locations="{index}.0.0,{index}.1.0", where="dimm_labels"):
     return h.dimm_label_entries(labels, default_locations, where)
+
+
+def health_label_files(profiles, boards=None, default_locations="{index}.0.0,{index}.1.0"):
+    return h.label_files(profiles, boards, default_locations)
 
 
 def health_burn_in_verdict(before, after, samples, gpu_temp_limit_c=95.0, stress=None,
@@ -61,10 +71,12 @@ class FilterModule:
     def filters(self):
         return {
             "health_report": _wrap(health_report),
+            "health_collect": _wrap(health_collect),
             "health_markdown": _wrap(h.report_markdown),
             "health_summary": _wrap(h.report_summary),
             "health_expected_mounts": _wrap(health_expected_mounts),
             "health_dimm_labels": _wrap(health_dimm_labels),
+            "health_label_files": _wrap(health_label_files),
             "health_burn_in_verdict": _wrap(health_burn_in_verdict),
             "health_parse_prometheus": _wrap(health_parse_prometheus),
         }

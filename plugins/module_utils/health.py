@@ -754,7 +754,8 @@ def assess_mounts(health, flags):
     mounts = (health or {}).get("mounts", [])
     for m in mounts:
         if not m.get("mounted"):
-            _flag(flags, "fail", "nfs", f"{m['path']} ({m.get('kind')}) is not mounted")
+            why = f": {m['error']}" if m.get("error") else ""
+            _flag(flags, "fail", "nfs", f"{m['path']} ({m.get('kind')}) is not mounted{why}")
         elif not m.get("responsive"):
             _flag(flags, "fail", "nfs",
                   f"{m['path']} ({m.get('kind')}) does not answer: {m.get('error') or 'timeout'}")
@@ -787,7 +788,8 @@ def assess_node(name, results, model_node, images, thresholds):
     health = results.get("health") or {}
     ecc = results.get("ecc") or {}
     for key, r in (("health", health), ("ecc", ecc)):
-        if r.get("failed"):
+        # A failed module (also under failed_when: false) returns no payload.
+        if r.get("failed") or key not in r:
             _flag(flags, "fail", key, f"{key} gathering failed: {r.get('msg', 'no message')}")
     facts = health.get("health") or {}
     entry["uptime_s"] = facts.get("uptime_s")
@@ -795,11 +797,19 @@ def assess_node(name, results, model_node, images, thresholds):
     gpu_count = (model_node or {}).get("gpu_count", 0)
     entry.update(assess_fan(facts.get("fan"), thresholds, flags, gpu_count))
     entry["mounts"] = assess_mounts(facts, flags)
-    entry["memory"] = assess_memory(ecc.get("ecc") if not ecc.get("failed") else None,
-                                    thresholds, flags)
+    entry["memory"] = assess_memory(ecc.get("ecc"), thresholds, flags)
     worst = max((SEVERITY_ORDER[f["severity"]] for f in flags), default=0)
     entry["status"] = {v: k for k, v in SEVERITY_ORDER.items()}[worst]
     return entry
+
+
+def collect_results(hostvars, names, keys):
+    """``{name: {key: hostvars[name][var]}}`` for ``keys`` = ``{key: var}``; absent vars skipped."""
+    out = {}
+    for name in names:
+        hv = hostvars.get(name, {})
+        out[name] = {key: hv[var] for key, var in keys.items() if var in hv}
+    return out
 
 
 def build_report(hosts, model=None, thresholds=None, now=None):
@@ -1017,4 +1027,29 @@ def check_mount_table(expected, table):
         else:
             row["error"] = "not a mount point"
         out.append(row)
+    return out
+
+
+def label_files(profiles, boards=None, default_locations="{index}.0.0,{index}.1.0"):
+    """One rasdaemon label file per hardware profile that has DIMM labels.
+
+    ``[{profile, description, board, entries}]``; ``board`` is the profile's
+    ``memory.board`` or ``boards[profile]`` (``{}`` when neither: the role
+    refuses that with a message naming the profile).
+    """
+    if not isinstance(profiles, dict):
+        raise HealthError(f"hardware profiles must be a mapping, got {profiles!r}")
+    boards = boards or {}
+    out = []
+    for name in sorted(profiles):
+        prof = profiles[name] if isinstance(profiles[name], dict) else {}
+        memory = prof.get("memory") if isinstance(prof.get("memory"), dict) else {}
+        entries = dimm_label_entries(memory.get("dimm_labels"), default_locations,
+                                     f"cluster_hardware_profiles.{name}.memory.dimm_labels")
+        if not entries:
+            continue
+        board = memory.get("board") or boards.get(name) or {}
+        out.append({"profile": name,
+                    "description": " ".join(str(prof.get("description", "")).split()),
+                    "board": board if isinstance(board, dict) else {}, "entries": entries})
     return out

@@ -136,7 +136,7 @@ def test_mount_not_mounted_or_hung():
         {"path": "/var/log", "kind": "persistent", "mounted": False, "error": "x"},
         {"path": "/data/scratch", "kind": "data", "mounted": True, "responsive": False,
          "error": "no answer within 5 s"}])}))
-    assert "/var/log (persistent) is not mounted" in messages(n)
+    assert "/var/log (persistent) is not mounted: x" in messages(n)
     assert "/data/scratch (data) does not answer: no answer within 5 s" in messages(n)
     assert n["status"] == "fail"
 

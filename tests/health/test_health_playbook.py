@@ -1,0 +1,133 @@
+"""playbooks/health_report.yml through ansible-runner against two nodes: this
+machine over a local connection (its fan metrics, rasdaemon database and EDAC
+tree are fixtures in tmp_path) and a node at 127.0.0.1 on a closed SSH port.
+The report must list the second one as unreachable, never as healthy, and
+still report the first one.
+
+The lab test (real node VMs booted from the head) comes later: it needs the
+node image with rasdaemon and the fan daemon, and a node VM booted over NFS.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sys
+
+import ansible_runner
+import yaml
+from junkyard_fan import metrics as fan_metrics
+from rasdaemon_fixtures import DAY, HOUR, create_db, edac_tree, mc_event, umc_mce
+
+from tests.conftest import REPO
+
+LAB = REPO / "inventories" / "lab"
+
+
+def closed_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def inventory(tmp_path):
+    cluster = yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text())
+    cluster["cluster_hardware_profiles"]["lab-vm"]["memory"]["dimm_labels"] = [
+        "DIMM_P0_A0", "DIMM_P0_B0"]
+    node = {"node_profile": "lab-vm", "node_image": "bookworm"}
+    hosts = {"all": {"children": {
+        "storage_head": {"hosts": {"head": {
+            "ansible_connection": "local",
+            "head_interfaces": {"mgmt": {"mac": "52:54:00:77:00:01", "ip": "10.77.0.1"},
+                                "data": {"mac": "52:54:00:78:00:01", "ip": "10.78.0.1"}}}}},
+        "gpu_nodes": {"hosts": {
+            "node01": {**node, "ansible_connection": "local",
+                       "ansible_python_interpreter": sys.executable,
+                       "node_interfaces": {
+                           "mgmt": {"mac": "52:54:00:77:00:11", "ip": "10.77.0.11"},
+                           "data": {"mac": "52:54:00:78:00:11", "ip": "10.78.0.11"}},
+                       "node_bmc": {"address": "127.0.0.1", "port": 6231,
+                                    "username": "admin"}},
+            "node02": {**node, "ansible_connection": "ssh", "ansible_host": "127.0.0.1",
+                       "ansible_port": closed_port(), "ansible_user": "root",
+                       "ansible_ssh_common_args": "-o StrictHostKeyChecking=no "
+                                                  "-o UserKnownHostsFile=/dev/null",
+                       "node_interfaces": {
+                           "mgmt": {"mac": "52:54:00:77:00:12", "ip": "10.77.0.12"},
+                           "data": {"mac": "52:54:00:78:00:12", "ip": "10.78.0.12"}},
+                       "node_bmc": {"address": "127.0.0.1", "port": 6232,
+                                    "username": "admin"}},
+        }},
+    }}}
+    d = tmp_path / "inventory"
+    (d / "group_vars" / "all").mkdir(parents=True)
+    (d / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    (d / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump(cluster))
+    return d
+
+
+def node_fixtures(tmp_path):
+    fan = tmp_path / "fan.prom"
+    fan.write_text(fan_metrics.render([
+        ("sensor_reading", {"sensor": "GPU0_TEMP", "role": "gpu_temp"}, 97.0),
+        ("zone_duty_percent", {"zone": "gpu-front"}, 100.0),
+        ("psu_failed", {"psu": "1"}, 0.0), ("psu_failed", {"psu": "2"}, 0.0),
+        ("bmc_reachable", {}, 1.0)]))
+    db = create_db(tmp_path / "ras-mc_event.db", mc_events=[
+        mc_event(2 * HOUR, "DIMM_P0_B0", count=12), mc_event(3 * DAY, "DIMM_P0_B0", count=4)],
+        mce_records=[umc_mce(HOUR, channel=6)])
+    edac = edac_tree(tmp_path / "edac", [(0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 0, 0),
+                                         (1, 0, "DIMM_P0_B0", "csrow 0 channel 0", 12, 0)])
+    return {"health_fan_metrics_path": str(fan), "health_rasdaemon_db": str(db),
+            "health_edac_root": str(edac), "health_mount_timeout_s": 3}
+
+
+def test_report_with_an_unreachable_node(tmp_path):
+    reports = tmp_path / "reports"
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    r = ansible_runner.run(
+        private_data_dir=str(pdd),
+        playbook=str(REPO / "playbooks" / "health_report.yml"),
+        inventory=str(inventory(tmp_path) / "hosts.yml"),
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "ANSIBLE_TIMEOUT": "5"},
+        extravars={**node_fixtures(tmp_path), "health_report_dir": str(reports)},
+        quiet=True,
+    )
+    out = r.stdout.read()
+    shutil.rmtree(pdd / "artifacts", ignore_errors=True)
+    written = sorted(reports.glob("*/health.json"))
+    assert len(written) == 1, out[-5000:]
+    report = json.loads(written[0].read_text())
+    nodes = {n["name"]: n for n in report["nodes"]}
+
+    assert set(nodes) == {"node01", "node02"}
+    assert nodes["node02"]["status"] == "unreachable", nodes["node02"]
+    assert report["unreachable"] == ["node02"]
+    assert report["summary"]["unreachable"] == 1
+
+    n1 = nodes["node01"]
+    assert n1["reachable"] is True
+    mem = {d["label"]: d for d in n1["memory"]}
+    assert (mem["DIMM_P0_B0"]["ce_24h"], mem["DIMM_P0_B0"]["ce_7d"],
+            mem["DIMM_P0_B0"]["ce_total"]) == (12, 16, 16)
+    assert mem["DIMM_P0_B0"]["flagged"] is True
+    assert mem["cpu0-umc6"]["ce_24h"] == 1
+    assert n1["gpu_temp_c"] == {"GPU0_TEMP": 97.0}
+    messages = [f["message"] for f in n1["flags"]]
+    assert "GPU0_TEMP at 97 C (limit 95 C)" in messages
+    # This machine did not boot a cluster image from NFS: the report says so.
+    assert any("booted image is unknown" in m for m in messages)
+    assert any(m.startswith("/var/lib/rasdaemon (persistent)") for m in messages)
+    assert n1["uptime_s"] > 0
+    assert n1["status"] == "fail"
+
+    md = (written[0].parent / "health.md").read_text()
+    assert "| node02 | **unreachable** |" in md
+    assert "| node01 | DIMM_P0_B0 | 12 | 16 | 16 |" in md
+    assert "node02: fail: unreachable" in out
