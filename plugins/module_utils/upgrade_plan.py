@@ -1,0 +1,381 @@
+# Copyright: junkyard.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Plan image-version moves: upgrade (canary, then waves), rollback, prune.
+
+Pure Python (stdlib only), used by the filters in plugins/filter/upgrade.py
+and unit-tested in tests/unit/test_upgrade_plan.py.  Nothing here touches a
+host: the playbooks read the state, call these functions, show the plan (check
+mode stops there) and carry it out.
+
+The image state (``/etc/junkyard/image-state.yml`` on the head, written only
+by the upgrade, rollback and prune playbooks)::
+
+    schema: 1
+    images:
+      bookworm-rocm:
+        current: "2026.12.1"        # what a node without an override boots
+        previous: "2026.11.1"       # the version current was promoted over
+        versions:                   # every version dataset, with its origin
+          "2026.11.1": {origin: null}
+          "2026.12.1": {origin: "2026.11.1"}
+    nodes:                          # per-node overrides (a rollout in progress,
+      gpu01: "2026.12.1"            # a partial rollback); node -> version
+
+Which version a node boots (``effective_versions``), first match wins:
+1. the inventory's ``node_image_version`` (an operator's pin; never moved here),
+2. ``nodes.<node>`` of the state,
+3. ``images.<image>.current`` of the state,
+4. the inventory's ``cluster_images.<image>.current_version``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+SCHEMA = 1
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class PlanError(ValueError):
+    """An input that cannot be planned; the message names the field and value."""
+
+
+# --------------------------------------------------------------------------- state
+
+def load_state(data):
+    """Validate and normalise the state read from the head (None or {} = no state yet)."""
+    if data in (None, "", {}):
+        return {"schema": SCHEMA, "images": {}, "nodes": {}}
+    if not isinstance(data, dict):
+        raise PlanError(f"image state: must be a mapping, got {type(data).__name__}")
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise PlanError(f"image state: schema {data.get('schema')!r} is not {SCHEMA}")
+    images = {}
+    for name, img in (data.get("images") or {}).items():
+        if not isinstance(img, dict):
+            raise PlanError(f"image state: images.{name} must be a mapping")
+        versions = {}
+        for ver, meta in (img.get("versions") or {}).items():
+            _version(f"images.{name}.versions", ver)
+            origin = (meta or {}).get("origin")
+            if origin is not None:
+                _version(f"images.{name}.versions.{ver}.origin", origin)
+            versions[str(ver)] = {"origin": origin}
+        out = {"versions": versions}
+        for key in ("current", "previous"):
+            if img.get(key) is not None:
+                out[key] = _version(f"images.{name}.{key}", img[key])
+        images[str(name)] = out
+    nodes = {}
+    for node, ver in (data.get("nodes") or {}).items():
+        nodes[str(node)] = _version(f"nodes.{node}", ver)
+    return {"schema": SCHEMA, "images": images, "nodes": nodes}
+
+
+def _version(field, value):
+    if not isinstance(value, str) or not VERSION_RE.match(value):
+        raise PlanError(f"image state: {field} {value!r} is not a version name "
+                        "(letters, digits, . _ -)")
+    return value
+
+
+def image_current(ctx, image):
+    img = ctx["state"]["images"].get(image, {})
+    if img.get("current"):
+        return img["current"]
+    try:
+        return ctx["images"][image]["current_version"]
+    except KeyError:
+        raise PlanError(f"upgrade_image {image!r} is not an image in cluster_images "
+                        f"({', '.join(sorted(ctx['images'])) or 'none'})") from None
+
+
+def effective_versions(ctx):
+    """node -> {'image', 'version', 'source'} (source: pin, override, state, inventory)."""
+    out = {}
+    state = ctx["state"]
+    for node in sorted(ctx["nodes"]):
+        image = ctx["nodes"][node]
+        if ctx["pins"].get(node):
+            version, source = ctx["pins"][node], "pin"
+        elif node in state["nodes"]:
+            version, source = state["nodes"][node], "override"
+        elif state["images"].get(image, {}).get("current"):
+            version, source = state["images"][image]["current"], "state"
+        else:
+            version, source = ctx["images"].get(image, {}).get("current_version"), "inventory"
+        out[node] = {"image": image, "version": version, "source": source}
+    return out
+
+
+def make_context(images, nodes, pins, state):
+    """images: cluster_images; nodes: node -> image; pins: node -> inventory version or None."""
+    return {"images": {k: dict(v or {}) for k, v in (images or {}).items()},
+            "nodes": dict(nodes or {}),
+            "pins": {k: v for k, v in (pins or {}).items() if v},
+            "state": load_state(state)}
+
+
+def origin_of(ctx, image, version):
+    return ctx["state"]["images"].get(image, {}).get("versions", {}).get(version, {}).get("origin")
+
+
+# --------------------------------------------------------------------------- waves
+
+def waves(first, rest, size):
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise PlanError(f"upgrade_serial {size!r} must be an integer >= 1 (nodes per wave)")
+    out = [[first]] if first else []
+    out += [rest[i:i + size] for i in range(0, len(rest), size)]
+    return out
+
+
+def _selected(ctx, image, only):
+    members = [n for n in sorted(ctx["nodes"]) if ctx["nodes"][n] == image]
+    if only is None:
+        return members
+    unknown = [n for n in only if n not in ctx["nodes"]]
+    if unknown:
+        raise PlanError(f"nodes {', '.join(unknown)} are not in the gpu_nodes group")
+    other = [n for n in only if ctx["nodes"][n] != image]
+    if other:
+        raise PlanError(f"nodes {', '.join(other)} do not boot image {image}")
+    return [n for n in members if n in only]
+
+
+# --------------------------------------------------------------------------- upgrade
+
+def plan_upgrade(ctx, image, version, canary=None, wave_size=1):
+    """Canary first (a wave of one), then the other nodes of the image in waves."""
+    _version("upgrade_version", version)
+    current = image_current(ctx, image)
+    if version == current:
+        raise PlanError(f"upgrade_version {version} is already the current version of {image}")
+    eff = effective_versions(ctx)
+    members = _selected(ctx, image, None)
+    pinned = [n for n in members if eff[n]["source"] == "pin"]
+    already = [n for n in members if n not in pinned and eff[n]["version"] == version]
+    movable = [n for n in members if n not in pinned and n not in already]
+    if canary:
+        if canary not in members:
+            raise PlanError(f"canary {canary} is not a node of image {image} "
+                            f"({', '.join(members) or 'none'})")
+        if canary in pinned:
+            raise PlanError(f"canary {canary} is pinned to {eff[canary]['version']} by "
+                            "node_image_version in the inventory")
+    if canary and canary in already:
+        canary = None  # it already runs the new version and was verified then
+    elif not canary and movable and not already:
+        canary = movable[0]
+    rest = [n for n in movable if n != canary]
+    versions = ctx["state"]["images"].get(image, {}).get("versions", {})
+    exists = version in versions
+    if exists and versions[version].get("origin") not in (None, current):
+        raise PlanError(f"upgrade_version {version} exists and was cloned from "
+                        f"{versions[version]['origin']}, not from the current {current}")
+    plan = {
+        "action": "upgrade", "image": image, "from": current, "to": version,
+        "build": not exists, "canary": canary,
+        "waves": waves(canary, rest, wave_size),
+        "moves": {n: {"from": eff[n]["version"], "to": version}
+                  for n in ([canary] if canary else []) + rest},
+        "pinned": {n: eff[n]["version"] for n in pinned},
+        "unchanged": already,
+    }
+    plan["promote"] = version
+    return plan
+
+
+# --------------------------------------------------------------------------- rollback
+
+def plan_rollback(ctx, image, only=None, wave_size=1):
+    """Back one step.  A node off the current version (a rollout not promoted) goes back to
+    the current version; a node on the current version goes to the previous one.  Without
+    ``only``: if any node is off current, only those move (undo the rollout); else every node
+    moves to the previous version and it becomes current again (demote)."""
+    current = image_current(ctx, image)
+    img = ctx["state"]["images"].get(image, {})
+    previous = img.get("previous") or origin_of(ctx, image, current)
+    eff = effective_versions(ctx)
+    members = _selected(ctx, image, only)
+    pinned = [n for n in members if eff[n]["source"] == "pin"]
+    free = [n for n in members if n not in pinned]
+    off = [n for n in free if eff[n]["version"] != current]
+    chosen = off if only is None and off else free
+    moves = {}
+    for n in chosen:
+        target = current if eff[n]["version"] != current else previous
+        if not target:
+            raise PlanError(f"{n} boots {current}, the current version of {image}, and no "
+                            "previous version is recorded: nothing to roll back to")
+        moves[n] = {"from": eff[n]["version"], "to": target}
+    everyone = _selected(ctx, image, None)
+    after = {n: moves[n]["to"] if n in moves else eff[n]["version"] for n in everyone}
+    demote = bool(previous) and all(
+        v == previous for n, v in after.items() if eff[n]["source"] != "pin")
+    return {"action": "rollback", "image": image, "from": current,
+            "to": previous if demote else current,
+            "build": False, "canary": None,
+            "waves": waves(None, list(moves), wave_size),
+            "moves": moves, "pinned": {n: eff[n]["version"] for n in pinned},
+            "unchanged": [n for n in members if n not in moves and n not in pinned],
+            "promote": previous if demote else None}
+
+
+# --------------------------------------------------------------------------- state changes
+
+def state_moved(ctx, image, moves):
+    """The state after ``moves`` (node -> version, or a plan's node -> {from, to}) were
+    carried out."""
+    state = copy.deepcopy(ctx["state"])
+    current = image_current(ctx, image)
+    for node, move in moves.items():
+        version = move["to"] if isinstance(move, dict) else move
+        if version == current:
+            state["nodes"].pop(node, None)
+        else:
+            state["nodes"][node] = version
+    return state
+
+
+def state_recorded(ctx, image, version, origin):
+    """The state once version (cloned from origin) exists; no node boots it yet."""
+    state = copy.deepcopy(ctx["state"])
+    img = state["images"].setdefault(image, {"versions": {}})
+    cur = image_current(ctx, image)
+    img.setdefault("current", cur)
+    img["versions"].setdefault(cur, {"origin": None})
+    img["versions"][version] = {"origin": origin}
+    return state
+
+
+def state_promoted(ctx, image, version):
+    """The state once ``version`` is the image's current version (after upgrade or demote)."""
+    state = copy.deepcopy(ctx["state"])
+    img = state["images"].setdefault(image, {"versions": {}})
+    old = image_current(ctx, image)
+    if version == old:
+        return state
+    img["versions"].setdefault(old, {"origin": None})
+    img["versions"].setdefault(version, {"origin": old})
+    img["current"] = version
+    if img["versions"][old].get("origin") == version:
+        # demote (rollback of the whole image): the one before it becomes previous
+        previous = img["versions"][version].get("origin")
+    else:
+        previous = old
+    if previous and previous != version:
+        img["previous"] = previous
+    else:
+        img.pop("previous", None)
+    for node in [n for n, v in state["nodes"].items()
+                 if ctx["nodes"].get(n) == image and v == version]:
+        del state["nodes"][node]
+    return state
+
+
+# --------------------------------------------------------------------------- prune
+
+def plan_prune(ctx, image, requested):
+    """Which requested versions may be destroyed.  Refused: the current version, the previous
+    one (the rollback target) unless ``requested`` names it with force, any version a node
+    boots, a version not recorded in the state."""
+    if not requested:
+        raise PlanError("name the versions to prune: -e versions=<v1>,<v2> (nothing is "
+                        "pruned by default)")
+    current = image_current(ctx, image)
+    img = ctx["state"]["images"].get(image, {})
+    known = img.get("versions", {})
+    eff = effective_versions(ctx)
+    booted = {}
+    for node, e in eff.items():
+        if e["image"] == image:
+            booted.setdefault(e["version"], []).append(node)
+    prune, refused = [], {}
+    for version in requested:
+        if version == current:
+            refused[version] = f"{version} is the current version of {image}"
+        elif version in booted:
+            refused[version] = (f"{version} is booted by {', '.join(sorted(booted[version]))}")
+        elif version not in known:
+            refused[version] = (f"{version} is not a recorded version of {image} "
+                                f"({', '.join(sorted(known)) or 'none recorded'})")
+        elif version == img.get("previous"):
+            refused[version] = (f"{version} is the previous version of {image}, the rollback "
+                                "target; roll forward another version first")
+        else:
+            prune.append(version)
+    return {"image": image, "current": current, "prune": prune, "refused": refused}
+
+
+def prune_steps(dataset, origins, createtxg):
+    """ZFS steps to destroy version ``dataset`` without touching any other version.
+
+    origins: dataset -> its origin snapshot ('-' or None when not a clone), from
+    ``zfs list -H -o name,origin -r <pool>/images/<image>``; createtxg: snapshot -> txg.
+    Clones whose origin is a snapshot of ``dataset`` are promoted first (oldest origin
+    first), so the snapshots they depend on move to them; then the dataset is destroyed
+    with its remaining snapshots, then its own origin snapshot if no other clone uses it.
+    """
+    if dataset not in origins:
+        raise PlanError(f"{dataset} does not exist")
+    children = [d for d, o in origins.items() if o and o not in ("-",)
+                and o.split("@", 1)[0] == dataset]
+    children.sort(key=lambda d: (int(createtxg.get(origins[d], 0)), d))
+    steps = [["promote", d] for d in children]
+    steps.append(["destroy", dataset])
+    own = origins.get(dataset)
+    if own and own != "-":
+        users = [d for d, o in origins.items() if o == own and d != dataset]
+        if not users:
+            steps.append(["destroy", own])
+    return steps
+
+
+# --------------------------------------------------------------------------- display
+
+def describe(plan):
+    """Lines an operator reads (check mode shows exactly these)."""
+    lines = []
+    if plan["action"] == "upgrade":
+        lines.append(f"{plan['image']}: upgrade {plan['from']} -> {plan['to']}"
+                     f" ({'build the new version' if plan['build'] else 'version exists'})")
+    else:
+        lines.append(f"{plan['image']}: rollback (current {plan['from']})")
+    for i, wave in enumerate(plan["waves"]):
+        label = "canary" if plan["canary"] and i == 0 else f"wave {i if plan['canary'] else i + 1}"
+        moves = ", ".join(f"{n} {plan['moves'][n]['from']} -> {plan['moves'][n]['to']}"
+                          for n in wave)
+        lines.append(f"  {label}: {moves}")
+    if not plan["waves"]:
+        lines.append("  no node moves")
+    for node, ver in sorted(plan["pinned"].items()):
+        lines.append(f"  pinned by the inventory, not moved: {node} ({ver})")
+    for node in plan["unchanged"]:
+        lines.append(f"  unchanged: {node}")
+    if plan.get("promote"):
+        lines.append(f"  then {plan['promote']} becomes the current version of {plan['image']}")
+    return lines
+
+
+def progress(plan, verified):
+    """How far a rollout got: waves whose every node is in ``verified`` count as done, in
+    order; the first wave that is not done stops it (later waves never start).  Promote only
+    when ``complete``."""
+    verified = set(verified or [])
+    done, stopped_at = [], None
+    for i, wave in enumerate(plan["waves"]):
+        if all(n in verified for n in wave):
+            done.append(i)
+        else:
+            stopped_at = i
+            break
+    moved_ok = [n for i in done for n in plan["waves"][i]]
+    pending = [n for wave in plan["waves"][len(done):] for n in wave]
+    return {"complete": stopped_at is None, "waves_done": len(done),
+            "stopped_at": stopped_at, "verified": moved_ok,
+            "failed": [n for n in (plan["waves"][stopped_at] if stopped_at is not None else [])
+                       if n not in verified],
+            "not_started": [n for n in pending
+                            if stopped_at is None or n not in plan["waves"][stopped_at]]}

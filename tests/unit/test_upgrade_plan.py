@@ -1,0 +1,308 @@
+"""upgrade_plan: which version each node boots, upgrade plans (canary first, waves of N),
+progress and stopping on a failed wave, rollback targets, state changes, prune refusals and
+ZFS prune steps; the filter wrappers."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.junkyard.cluster.plugins.filter import upgrade as filters
+from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan as up
+
+IMAGES = {"bookworm-rocm": {"suite": "bookworm", "current_version": "2026.11.1"},
+          "bookworm-cpu": {"suite": "bookworm", "current_version": "c1"}}
+NODES = {f"gpu0{i}": "bookworm-rocm" for i in range(1, 7)} | {"gpu07": "bookworm-cpu"}
+
+
+def ctx(state=None, pins=None):
+    return up.make_context(IMAGES, NODES, pins or {}, state)
+
+
+def state(current="2026.11.1", previous=None, versions=None, nodes=None):
+    img = {"current": current,
+           "versions": versions or {"2026.11.1": {"origin": None}}}
+    if previous:
+        img["previous"] = previous
+    return {"schema": 1, "images": {"bookworm-rocm": img}, "nodes": nodes or {}}
+
+
+PROMOTED = state(current="2026.12.1", previous="2026.11.1",
+                 versions={"2026.10.1": {"origin": None},
+                           "2026.11.1": {"origin": "2026.10.1"},
+                           "2026.12.1": {"origin": "2026.11.1"}})
+
+
+# --------------------------------------------------------------------------- effective
+
+def test_effective_versions_precedence():
+    c = ctx(state(nodes={"gpu02": "2026.12.1"},
+                  versions={"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}),
+            pins={"gpu03": "2026.10.1"})
+    eff = up.effective_versions(c)
+    assert eff["gpu01"] == {"image": "bookworm-rocm", "version": "2026.11.1", "source": "state"}
+    assert eff["gpu02"]["version"] == "2026.12.1" and eff["gpu02"]["source"] == "override"
+    assert eff["gpu03"] == {"image": "bookworm-rocm", "version": "2026.10.1", "source": "pin"}
+    assert eff["gpu07"] == {"image": "bookworm-cpu", "version": "c1", "source": "inventory"}
+
+
+def test_state_current_wins_over_the_inventory():
+    assert up.effective_versions(ctx(PROMOTED))["gpu01"]["version"] == "2026.12.1"
+
+
+# --------------------------------------------------------------------------- upgrade
+
+def test_upgrade_canary_first_then_waves_of_n():
+    plan = up.plan_upgrade(ctx(), "bookworm-rocm", "2026.12.1", wave_size=2)
+    assert plan["canary"] == "gpu01"
+    assert plan["waves"] == [["gpu01"], ["gpu02", "gpu03"], ["gpu04", "gpu05"], ["gpu06"]]
+    assert plan["moves"]["gpu04"] == {"from": "2026.11.1", "to": "2026.12.1"}
+    assert "gpu07" not in plan["moves"]  # another image
+    assert plan["build"] is True and plan["promote"] == "2026.12.1"
+
+
+@pytest.mark.parametrize("size, waves", [
+    (1, [["gpu04"], ["gpu01"], ["gpu02"], ["gpu03"], ["gpu05"], ["gpu06"]]),
+    (3, [["gpu04"], ["gpu01", "gpu02", "gpu03"], ["gpu05", "gpu06"]]),
+    (10, [["gpu04"], ["gpu01", "gpu02", "gpu03", "gpu05", "gpu06"]]),
+])
+def test_explicit_canary_and_wave_sizes(size, waves):
+    plan = up.plan_upgrade(ctx(), "bookworm-rocm", "2026.12.1", canary="gpu04", wave_size=size)
+    assert plan["waves"] == waves
+
+
+def test_pinned_nodes_never_move():
+    plan = up.plan_upgrade(ctx(pins={"gpu01": "2026.11.1"}), "bookworm-rocm", "2026.12.1",
+                           wave_size=5)
+    assert plan["canary"] == "gpu02"
+    assert plan["pinned"] == {"gpu01": "2026.11.1"}
+    assert "gpu01" not in plan["moves"]
+
+
+def test_resume_after_a_stopped_rollout_skips_build_and_canary():
+    s = state(nodes={"gpu01": "2026.12.1", "gpu02": "2026.12.1"},
+              versions={"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}})
+    plan = up.plan_upgrade(ctx(s), "bookworm-rocm", "2026.12.1", wave_size=2)
+    assert plan["build"] is False
+    assert plan["canary"] is None
+    assert plan["unchanged"] == ["gpu01", "gpu02"]
+    assert plan["waves"] == [["gpu03", "gpu04"], ["gpu05", "gpu06"]]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"version": "2026.11.1"}, "already the current version of bookworm-rocm"),
+    ({"version": "bad version"}, "upgrade_version 'bad version' is not a version name"),
+    ({"version": "v2", "canary": "gpu07"}, "canary gpu07 is not a node of image bookworm-rocm"),
+    ({"version": "v2", "wave_size": 0}, "upgrade_serial 0 must be an integer >= 1"),
+    ({"version": "v2", "image": "nope"}, "upgrade_image 'nope' is not an image in cluster_images"),
+])
+def test_upgrade_refusals(kwargs, message):
+    args = {"image": "bookworm-rocm", "canary": None, "wave_size": 2} | kwargs
+    with pytest.raises(up.PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        up.plan_upgrade(ctx(), args["image"], args["version"], args["canary"], args["wave_size"])
+
+
+def test_pinned_canary_is_refused():
+    with pytest.raises(up.PlanError, match=r"canary gpu02 is pinned to 2026\.11\.1"):
+        up.plan_upgrade(ctx(pins={"gpu02": "2026.11.1"}), "bookworm-rocm", "v2", "gpu02")
+
+
+def test_existing_version_from_another_origin_is_refused():
+    s = state(versions={"2026.11.1": {"origin": None}, "v9": {"origin": "2026.10.1"}})
+    with pytest.raises(up.PlanError, match=r"v9 exists and was cloned from 2026\.10\.1"):
+        up.plan_upgrade(ctx(s), "bookworm-rocm", "v9")
+
+
+# --------------------------------------------------------------------------- progress
+
+def test_progress_stops_at_the_failed_wave():
+    plan = up.plan_upgrade(ctx(), "bookworm-rocm", "2026.12.1", wave_size=2)
+    p = up.progress(plan, ["gpu01", "gpu02"])  # gpu03 failed its verify
+    assert p == {"complete": False, "waves_done": 1, "stopped_at": 1, "verified": ["gpu01"],
+                 "failed": ["gpu03"], "not_started": ["gpu04", "gpu05", "gpu06"]}
+    assert up.progress(plan, [])["failed"] == ["gpu01"]  # canary failed: nobody else moved
+    assert up.progress(plan, [])["not_started"] == ["gpu02", "gpu03", "gpu04", "gpu05", "gpu06"]
+    assert up.progress(plan, list(NODES))["complete"] is True
+
+
+def test_a_failed_canary_leaves_every_other_node_on_the_old_version():
+    c = ctx()
+    plan = up.plan_upgrade(c, "bookworm-rocm", "2026.12.1", wave_size=2)
+    c = up.make_context(IMAGES, NODES, {}, up.state_recorded(c, "bookworm-rocm", "2026.12.1",
+                                                             "2026.11.1"))
+    after = up.state_moved(c, "bookworm-rocm", {"gpu01": "2026.12.1"})
+    eff = up.effective_versions(up.make_context(IMAGES, NODES, {}, after))
+    assert eff["gpu01"]["version"] == "2026.12.1"
+    assert {eff[n]["version"] for n in NODES if n not in ("gpu01", "gpu07")} == {"2026.11.1"}
+    assert up.progress(plan, [])["complete"] is False
+
+
+# --------------------------------------------------------------------------- state
+
+def test_record_move_promote_round_trip():
+    c = ctx(None)
+    s1 = up.state_recorded(c, "bookworm-rocm", "2026.12.1", "2026.11.1")
+    assert s1["images"]["bookworm-rocm"] == {
+        "current": "2026.11.1",
+        "versions": {"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}}
+    c = up.make_context(IMAGES, NODES, {}, s1)
+    s2 = up.state_moved(c, "bookworm-rocm", {"gpu01": "2026.12.1", "gpu02": "2026.12.1"})
+    assert s2["nodes"] == {"gpu01": "2026.12.1", "gpu02": "2026.12.1"}
+    c = up.make_context(IMAGES, NODES, {}, s2)
+    s3 = up.state_promoted(c, "bookworm-rocm", "2026.12.1")
+    assert s3["images"]["bookworm-rocm"]["current"] == "2026.12.1"
+    assert s3["images"]["bookworm-rocm"]["previous"] == "2026.11.1"
+    assert s3["nodes"] == {}
+    assert up.load_state(s3) == s3
+
+
+def test_moving_a_node_back_to_current_drops_its_override():
+    c = ctx(state(nodes={"gpu01": "2026.12.1"},
+                  versions={"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}))
+    assert up.state_moved(c, "bookworm-rocm", {"gpu01": "2026.11.1"})["nodes"] == {}
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "must be a mapping"),
+    ({"schema": 2}, "schema 2 is not 1"),
+    ({"images": {"x": {"current": "a b"}}}, "images.x.current 'a b' is not a version name"),
+    ({"nodes": {"gpu01": 3}}, "nodes.gpu01 3 is not a version name"),
+])
+def test_bad_state_is_refused(data, message):
+    with pytest.raises(up.PlanError, match=message):
+        up.load_state(data)
+
+
+# --------------------------------------------------------------------------- rollback
+
+def test_rollback_of_an_unpromoted_rollout_moves_only_the_moved_nodes():
+    s = state(nodes={"gpu01": "2026.12.1", "gpu02": "2026.12.1"}, previous="2026.10.1",
+              versions={"2026.10.1": {"origin": None}, "2026.11.1": {"origin": "2026.10.1"},
+                        "2026.12.1": {"origin": "2026.11.1"}})
+    plan = up.plan_rollback(ctx(s), "bookworm-rocm", wave_size=5)
+    assert plan["moves"] == {"gpu01": {"from": "2026.12.1", "to": "2026.11.1"},
+                             "gpu02": {"from": "2026.12.1", "to": "2026.11.1"}}
+    assert plan["promote"] is None
+    after = up.state_moved(ctx(s), "bookworm-rocm", plan["moves"])
+    assert after["nodes"] == {}
+
+
+def test_rollback_of_a_promoted_version_moves_everyone_and_demotes():
+    plan = up.plan_rollback(ctx(PROMOTED), "bookworm-rocm", wave_size=4)
+    assert plan["waves"] == [["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu05", "gpu06"]]
+    assert {m["to"] for m in plan["moves"].values()} == {"2026.11.1"}
+    assert plan["promote"] == "2026.11.1"
+    c = up.make_context(IMAGES, NODES, {}, up.state_moved(ctx(PROMOTED), "bookworm-rocm",
+                                                           plan["moves"]))
+    demoted = up.state_promoted(c, "bookworm-rocm", "2026.11.1")
+    img = demoted["images"]["bookworm-rocm"]
+    assert (img["current"], img["previous"]) == ("2026.11.1", "2026.10.1")
+    assert demoted["nodes"] == {}
+
+
+def test_rollback_of_some_nodes_keeps_overrides_and_does_not_demote():
+    plan = up.plan_rollback(ctx(PROMOTED), "bookworm-rocm", only=["gpu03", "gpu05"])
+    assert plan["moves"] == {"gpu03": {"from": "2026.12.1", "to": "2026.11.1"},
+                             "gpu05": {"from": "2026.12.1", "to": "2026.11.1"}}
+    assert plan["promote"] is None
+    s = up.state_moved(ctx(PROMOTED), "bookworm-rocm", plan["moves"])
+    assert s["nodes"] == {"gpu03": "2026.11.1", "gpu05": "2026.11.1"}
+
+
+def test_rollback_skips_pinned_nodes_and_still_demotes():
+    plan = up.plan_rollback(ctx(PROMOTED, pins={"gpu06": "2026.12.1"}), "bookworm-rocm")
+    assert "gpu06" not in plan["moves"] and plan["pinned"] == {"gpu06": "2026.12.1"}
+    assert plan["promote"] == "2026.11.1"
+
+
+def test_rollback_without_previous_version_is_refused():
+    with pytest.raises(up.PlanError, match="no previous version is recorded"):
+        up.plan_rollback(ctx(), "bookworm-rocm")
+
+
+def test_rollback_of_unknown_nodes_is_refused():
+    with pytest.raises(up.PlanError, match="nodes gpu99 are not in the gpu_nodes group"):
+        up.plan_rollback(ctx(PROMOTED), "bookworm-rocm", only=["gpu99"])
+    with pytest.raises(up.PlanError, match="nodes gpu07 do not boot image bookworm-rocm"):
+        up.plan_rollback(ctx(PROMOTED), "bookworm-rocm", only=["gpu07"])
+
+
+# --------------------------------------------------------------------------- prune
+
+def test_prune_refusals():
+    s = dict(PROMOTED, nodes={"gpu02": "2026.10.1"})
+    s["images"]["bookworm-rocm"]["versions"]["2026.09.1"] = {"origin": None}
+    plan = up.plan_prune(ctx(s), "bookworm-rocm",
+                         ["2026.12.1", "2026.11.1", "2026.10.1", "2026.09.1", "2025.01.1"])
+    assert plan["prune"] == ["2026.09.1"]
+    assert plan["refused"] == {
+        "2026.12.1": "2026.12.1 is the current version of bookworm-rocm",
+        "2026.11.1": "2026.11.1 is the previous version of bookworm-rocm, the rollback "
+                     "target; roll forward another version first",
+        "2026.10.1": "2026.10.1 is booted by gpu02",
+        "2025.01.1": "2025.01.1 is not a recorded version of bookworm-rocm "
+                     "(2026.09.1, 2026.10.1, 2026.11.1, 2026.12.1)"}
+
+
+def test_prune_a_version_booted_through_an_inventory_pin_is_refused():
+    plan = up.plan_prune(ctx(PROMOTED, pins={"gpu05": "2026.10.1"}), "bookworm-rocm",
+                         ["2026.10.1"])
+    assert plan == {"image": "bookworm-rocm", "current": "2026.12.1", "prune": [],
+                    "refused": {"2026.10.1": "2026.10.1 is booted by gpu05"}}
+
+
+def test_prune_needs_explicit_versions():
+    with pytest.raises(up.PlanError, match="nothing is pruned by default"):
+        up.plan_prune(ctx(PROMOTED), "bookworm-rocm", [])
+
+
+def test_prune_steps_promote_the_clones_first():
+    base = "tank/images/bookworm-rocm"
+    origins = {base: "-", f"{base}/v1": "-", f"{base}/v2": f"{base}/v1@v2",
+               f"{base}/v3": f"{base}/v2@v3", f"{base}/v2b": f"{base}/v2@v2b"}
+    txg = {f"{base}/v1@v2": "100", f"{base}/v2@v3": "300", f"{base}/v2@v2b": "200"}
+    assert up.prune_steps(f"{base}/v2", origins, txg) == [
+        ["promote", f"{base}/v2b"], ["promote", f"{base}/v3"],
+        ["destroy", f"{base}/v2"], ["destroy", f"{base}/v1@v2"]]
+    assert up.prune_steps(f"{base}/v1", origins, txg) == [
+        ["promote", f"{base}/v2"], ["destroy", f"{base}/v1"]]
+    with pytest.raises(up.PlanError, match="does not exist"):
+        up.prune_steps(f"{base}/v9", origins, txg)
+
+
+# --------------------------------------------------------------------------- display, filters
+
+def test_describe():
+    plan = up.plan_upgrade(ctx(pins={"gpu06": "2026.11.1"}), "bookworm-rocm", "2026.12.1",
+                           wave_size=3)
+    assert up.describe(plan) == [
+        "bookworm-rocm: upgrade 2026.11.1 -> 2026.12.1 (build the new version)",
+        "  canary: gpu01 2026.11.1 -> 2026.12.1",
+        "  wave 1: gpu02 2026.11.1 -> 2026.12.1, gpu03 2026.11.1 -> 2026.12.1, "
+        "gpu04 2026.11.1 -> 2026.12.1",
+        "  wave 2: gpu05 2026.11.1 -> 2026.12.1",
+        "  pinned by the inventory, not moved: gpu06 (2026.11.1)",
+        "  then 2026.12.1 becomes the current version of bookworm-rocm"]
+    assert up.describe(up.plan_rollback(ctx(PROMOTED), "bookworm-rocm", wave_size=6))[1] == (
+        "  wave 1: " + ", ".join(f"gpu0{i} 2026.12.1 -> 2026.11.1" for i in range(1, 7)))
+
+
+class _HostVars(dict):
+    pass
+
+
+def test_filters_read_hostvars_and_report_plan_errors():
+    hv = _HostVars({n: {"node_image": img} for n, img in NODES.items()})
+    hv["gpu02"]["node_image_version"] = "2026.11.1"
+    f = filters.FilterModule().filters()
+    c = f["upgrade_context"](hv, sorted(NODES), IMAGES, None)
+    assert c["pins"] == {"gpu02": "2026.11.1"}
+    plan = f["upgrade_plan"](c, "bookworm-rocm", "2026.12.1", "", "2")
+    assert plan["canary"] == "gpu01" and "gpu02" in plan["pinned"]
+    assert f["upgrade_rollback_plan"](up.make_context(IMAGES, NODES, {}, PROMOTED),
+                                      "bookworm-rocm", "gpu01, gpu03")["waves"] == [
+        ["gpu01"], ["gpu03"]]
+    with pytest.raises(AnsibleFilterError, match="already the current version"):
+        f["upgrade_plan"](c, "bookworm-rocm", "2026.11.1")
+    steps = f["upgrade_prune_steps"]("t/i/v1", "t/i/v1\t-\nt/i/v2\tt/i/v1@v2\n",
+                                     "t/i/v1@v2\t5\n")
+    assert steps == [["promote", "t/i/v2"], ["destroy", "t/i/v1"]]
