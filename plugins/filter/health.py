@@ -18,6 +18,7 @@ description:
   - C(health_dimm_labels(labels)) normalises a profile's C(memory.dimm_labels).
   - C(health_label_files(profiles, boards)) lists the rasdaemon label files to write.
   - C(health_burn_in_verdict(before, after, samples, limit, stress, gpu_expected)).
+  - C(verdict | health_burn_in_markdown(node, settings)) renders a verdict.
   - C(health_parse_prometheus(text)) parses Prometheus text exposition.
 """
 
@@ -62,6 +63,10 @@ def health_burn_in_verdict(before, after, samples, gpu_temp_limit_c=95.0, stress
     return h.burn_in_verdict(before, after, samples, gpu_temp_limit_c, stress, gpu_expected)
 
 
+def health_burn_in_markdown(verdict, node, settings=None):
+    return h.burn_in_markdown(node, verdict, settings)
+
+
 def health_parse_prometheus(text):
     return [{"name": n, "labels": lab, "value": h._num(v)}
             for n, lab, v in h.parse_prometheus(text)]
@@ -79,4 +84,5 @@ class FilterModule:
             "health_label_files": _wrap(health_label_files),
             "health_burn_in_verdict": _wrap(health_burn_in_verdict),
             "health_parse_prometheus": _wrap(health_parse_prometheus),
+            "health_burn_in_markdown": _wrap(health_burn_in_markdown),
         }

@@ -924,13 +924,47 @@ def _ecc_totals(ecc):
     return rows, (ecc or {}).get("controllers_ce", 0), (ecc or {}).get("controllers_ue", 0)
 
 
+def error_count(ecc):
+    """Every error any source has counted (database rows, EDAC since boot, EDAC
+    without a DIMM): it grows with each new error, whichever source sees it."""
+    total = 0
+    for d in ecc.get("dimms", []):
+        for src in ("mc_event", "mce"):
+            total += d[src]["ce_total"] + d[src]["ue_total"]
+        total += d["edac"]["ce_boot"] + d["edac"]["ue_boot"]
+    return total + ecc.get("noinfo_ce", 0) + ecc.get("noinfo_ue", 0)
+
+
+def burn_in_stop_reasons(sample, gpu_temp_limit_c=95.0, baseline_errors=None):
+    """Why a burn-in must stop now (empty: carry on), from one sample."""
+    reasons = []
+    fan = sample.get("fan") or {}
+    for sensor, temp in sorted((fan.get("gpu_temp_c") or {}).items()):
+        if temp is not None and temp >= gpu_temp_limit_c:
+            reasons.append(f"{sensor} at {temp:g} C (limit {gpu_temp_limit_c:g} C)")
+    reasons += list(fan.get("alarms") or [])
+    failed = sorted(p for p, bad in (fan.get("psu_failed") or {}).items() if bad)
+    if failed:
+        reasons.append(f"PSU {', '.join(failed)} reports failure or AC loss")
+    if baseline_errors is not None and sample.get("errors_total", 0) > baseline_errors:
+        reasons.append(f"{sample['errors_total'] - baseline_errors} new memory error(s)")
+    return reasons
+
+
+def _sample_body(sample):
+    sample = sample or {}
+    return sample.get("sample") or sample.get("health") or {}
+
+
 def burn_in_verdict(before, after, samples, gpu_temp_limit_c=95.0, stress=None,
                     gpu_expected=False):
     """Pass or fail a burn-in run, with every reason.
 
     ``before``/``after`` are ``ecc_facts`` summaries; ``samples`` the
-    ``health_facts`` results taken during the run; ``stress`` maps a part
-    (``memory``, ``gpu``) to ``{"ran", "rc", "stderr", "skipped"}``.  Fails on
+    ``health_burn_in_sample`` results taken during the run; ``stress`` maps a
+    part (``memory``, ``gpu``) to a command result (``rc``, ``stderr``), to
+    ``{"results": [...], "ok_rc": [0, 124]}``, or to ``{"skipped": true,
+    "reason": ...}``.  Fails on
     any new corrected or uncorrected error, a GPU at or over its limit, a fan
     alarm or failed PSU in any sample, a stress run that failed, or a GPU node
     whose temperatures were never seen.
@@ -956,7 +990,7 @@ def burn_in_verdict(before, after, samples, gpu_temp_limit_c=95.0, stress=None,
                         "new errors not attributed to a DIMM")
     max_temp, max_duty, alarms, psu = {}, {}, [], set()
     for i, sample in enumerate(samples or []):
-        fan = ((sample or {}).get("health") or {}).get("fan") or {}
+        fan = _sample_body(sample).get("fan") or {}
         for sensor, temp in (fan.get("gpu_temp_c") or {}).items():
             if temp is not None:
                 max_temp[sensor] = max(temp, max_temp.get(sensor, temp))
@@ -976,9 +1010,20 @@ def burn_in_verdict(before, after, samples, gpu_temp_limit_c=95.0, stress=None,
         res = res or {}
         if res.get("skipped"):
             notes.append(f"{part} stress skipped: {res.get('reason', 'not applicable')}")
-        elif res.get("rc") not in (0, None):
-            tail = (res.get("stderr") or "").strip().splitlines()[-3:]
-            problems.append(f"{part} stress failed (rc {res.get('rc')}): {' / '.join(tail)}")
+            continue
+        ok_rc = res.get("ok_rc", [0])
+        for r in res.get("results", [res]):
+            r = r or {}
+            if r.get("rc") is None and not r.get("failed"):
+                continue
+            if r.get("rc") not in ok_rc:
+                tail = (r.get("stderr") or r.get("msg") or "").strip().splitlines()[-3:]
+                problems.append(f"{part} stress failed (rc {r.get('rc')}): {' / '.join(tail)}")
+    for i, sample in enumerate(samples or []):
+        if (sample or {}).get("stopped"):
+            notes.append(f"the load was stopped at sample {i + 1}: "
+                         f"{'; '.join(sample.get('stop_reasons') or [])}")
+            break
     if gpu_expected and not max_temp:
         problems.append("no GPU temperature was seen during the run (is the fan daemon "
                         "running and writing its metrics?)")
@@ -1053,3 +1098,23 @@ def label_files(profiles, boards=None, default_locations="{index}.0.0,{index}.1.
                     "description": " ".join(str(prof.get("description", "")).split()),
                     "board": board if isinstance(board, dict) else {}, "entries": entries})
     return out
+
+
+def burn_in_markdown(node, verdict, settings=None):
+    """A burn-in verdict as Markdown."""
+    lines = [f"# Burn-in of {node}: {'PASSED' if verdict['passed'] else 'FAILED'}", ""]
+    for key, value in sorted((settings or {}).items()):
+        lines.append(f"- {key}: {_md(value)}")
+    lines.append(f"- samples: {verdict['samples']}")
+    if verdict["problems"]:
+        lines += ["", "## Problems", ""] + [f"- {_md(p)}" for p in verdict["problems"]]
+    if verdict["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {_md(n)}" for n in verdict["notes"]]
+    if verdict["max_gpu_temp_c"]:
+        lines += ["", "| GPU sensor | max C |", "|---|---|"]
+        lines += [f"| {k} | {v:g} |" for k, v in sorted(verdict["max_gpu_temp_c"].items())]
+    if verdict["max_fan_duty_percent"]:
+        lines += ["", "| fan zone | max duty % |", "|---|---|"]
+        lines += [f"| {k} | {v:g} |"
+                  for k, v in sorted(verdict["max_fan_duty_percent"].items())]
+    return "\n".join(lines) + "\n"

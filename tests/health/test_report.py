@@ -295,3 +295,19 @@ def test_report_does_not_change_its_input():
     before = copy.deepcopy(hosts)
     report(hosts)
     assert hosts == before
+
+
+def test_error_count_grows_with_any_source(tmp_path):
+    from rasdaemon_fixtures import edac_tree
+    tree = [(0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 12, 0)]
+    events = {"present": True, "events": [
+        {"source": "mc_event", "id": 1, "time": NOW - 10, "kind": "ce", "count": 16,
+         "label": "DIMM_P0_A0", "location": ""}]}
+    before = h.ecc_summary(h.read_edac(str(edac_tree(tmp_path / "a", tree))), events, now=NOW)
+    tree[0] = (0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 13, 0)
+    after = h.ecc_summary(h.read_edac(str(edac_tree(tmp_path / "b", tree))), events, now=NOW)
+    # The headline total stays at 16 (the database knows more), the count moves.
+    assert before["dimms"][0]["ce_total"] == after["dimms"][0]["ce_total"] == 16
+    assert h.error_count(after) == h.error_count(before) + 1
+    assert h.burn_in_stop_reasons({"errors_total": h.error_count(after)}, 95,
+                                  h.error_count(before)) == ["1 new memory error(s)"]

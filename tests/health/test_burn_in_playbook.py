@@ -1,0 +1,98 @@
+"""playbooks/burn_in.yml through ansible-runner on this machine (local
+connection, a lab-vm node without GPUs): a short memory stress with stress-ng
+passes and says the GPU part was skipped; a corrected error that appears in
+the EDAC counters during the run stops the load and fails the node."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import ansible_runner
+import pytest
+from rasdaemon_fixtures import edac_tree
+from test_health_playbook import inventory, node_fixtures
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(shutil.which("stress-ng") is None,
+                                reason="needs stress-ng (apt-get install stress-ng)")
+
+
+def run(tmp_path, **extra):
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    fixtures = node_fixtures(tmp_path)
+    r = ansible_runner.run(
+        private_data_dir=str(pdd),
+        playbook=str(REPO / "playbooks" / "burn_in.yml"),
+        inventory=str(inventory(tmp_path) / "hosts.yml"),
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        extravars={**fixtures, "health_report_dir": str(tmp_path / "reports"),
+                   "burn_in_node": "node01", "burn_in_duration_s": 6,
+                   "burn_in_interval_s": 2, "burn_in_memory_workers": 1,
+                   "burn_in_memory_bytes": "32M", **extra},
+        quiet=True,
+    )
+    out = r.stdout.read()
+    shutil.rmtree(pdd / "artifacts", ignore_errors=True)
+    reports = sorted((tmp_path / "reports" / "burn-in").glob("node01-*.json"))
+    assert len(reports) == 1, out[-5000:]
+    return r, out, json.loads(reports[0].read_text()), reports[0].with_suffix(".md").read_text()
+
+
+def test_memory_burn_in_passes_and_skips_the_gpus(tmp_path):
+    r, out, verdict, md = run(tmp_path, burn_in_gpu_temp_limit_c=99)
+    assert r.rc == 0, out[-5000:]
+    assert verdict["passed"] is True
+    assert verdict["notes"] == ["gpu stress skipped: the hardware profile has no GPU"]
+    assert verdict["samples"] >= 4  # first, 3 during the run, last
+    assert "# Burn-in of node01: PASSED" in md
+    assert "node01 passed its burn-in" in out
+
+
+def stress_running():
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"stress-ng") and b"32M" in args:
+            return True
+    return False
+
+
+def test_new_corrected_error_fails_the_node(tmp_path):
+    def bump():
+        # Once the load runs (the first sample has been taken), a DIMM
+        # counts a corrected error.
+        deadline = time.monotonic() + 120
+        while not stress_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        edac_tree(tmp_path / "edac", [(0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 0, 0),
+                                      (1, 0, "DIMM_P0_B0", "csrow 0 channel 0", 13, 0)])
+    t = threading.Thread(target=bump)
+    t.start()
+    try:
+        r, out, verdict, md = run(tmp_path, burn_in_gpu_temp_limit_c=99)
+    finally:
+        t.join()
+    assert r.rc != 0
+    assert "DIMM DIMM_P0_B0: 1 corrected new error(s) during the burn-in" in verdict["problems"]
+    assert any(n.startswith("the load was stopped at sample") and "1 new memory error(s)" in n
+               for n in verdict["notes"]), verdict["notes"]
+    assert "node01 FAILED its burn-in: DIMM DIMM_P0_B0" in out
+    assert "# Burn-in of node01: FAILED" in md
+
+
+def test_hot_gpu_fails_the_node(tmp_path):
+    # The fan metrics fixture reports GPU0_TEMP at 97 C.
+    r, out, verdict, _ = run(tmp_path, burn_in_gpu_temp_limit_c=95, burn_in_duration_s=2)
+    assert r.rc != 0
+    assert "GPU0_TEMP reached 97 C (limit 95 C)" in verdict["problems"]
+    # The first sample of the run saw it and stopped the memory stress.
+    assert verdict["notes"][-1].startswith("the load was stopped at sample 2: GPU0_TEMP at 97 C")
+    assert "FAILED its burn-in" in out
