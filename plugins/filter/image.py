@@ -25,6 +25,8 @@ description:
   - C(junkyard_datanet_table) renders the data-interface table (node, MAC,
     address/prefix, MTU) for all nodes.
   - C(junkyard_data_mounts) lists the science-data NFS mounts (source, path).
+  - C(junkyard_uncovered_paths) returns the paths of a list that no writable
+    path covers.
 author: junkyard.cluster developers
 """
 
@@ -132,6 +134,13 @@ def data_mounts(model):
             for d in model.get("data_datasets", [])]
 
 
+def uncovered_paths(needed, writable):
+    """The paths of ``needed`` that no writable path is, or contains."""
+    roots = [w["path"].rstrip("/") for w in writable]
+    return [p for p in needed
+            if not any(p == r or p.startswith(r + "/") for r in roots)]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -139,4 +148,5 @@ class FilterModule:
             "junkyard_writable_table": writable_table,
             "junkyard_datanet_table": datanet_table,
             "junkyard_data_mounts": data_mounts,
+            "junkyard_uncovered_paths": uncovered_paths,
         }
