@@ -96,3 +96,17 @@ def test_hot_gpu_fails_the_node(tmp_path):
     # The first sample of the run saw it and stopped the memory stress.
     assert verdict["notes"][-1].startswith("the load was stopped at sample 2: GPU0_TEMP at 97 C")
     assert "FAILED its burn-in" in out
+
+
+def test_burn_in_needs_a_node(tmp_path):
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    r = ansible_runner.run(
+        private_data_dir=str(pdd), playbook=str(REPO / "playbooks" / "burn_in.yml"),
+        inventory=str(inventory(tmp_path) / "hosts.yml"),
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        extravars={"burn_in_node": "head"}, quiet=True)
+    out = r.stdout.read()
+    assert r.rc != 0
+    assert "Name the node to burn in with -e burn_in_node=<node>, one of the group gpu_nodes " \
+           "(node01, node02); got head." in " ".join(out.split())
