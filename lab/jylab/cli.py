@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from . import bmc, build, host, vm
@@ -154,6 +155,16 @@ def preflight(lab: Lab) -> None:
     host.check_ports(ports)
 
 
+def mirror_hosts() -> list[str]:
+    """The Debian mirrors the head's sources.list names: the only hosts the proxy serves."""
+    hosts = ["deb.debian.org", "security.debian.org"]
+    for var in ("JUNKYARD_LAB_MIRROR", "JUNKYARD_LAB_SECURITY_MIRROR"):
+        host_ = urllib.parse.urlsplit(os.environ.get(var, "")).hostname
+        if host_ and host_ not in hosts:
+            hosts.append(host_)
+    return hosts
+
+
 def _terminated(signum, frame):
     raise SystemExit(f"terminated by signal {signum}")
 
@@ -183,7 +194,8 @@ def up(lab: Lab, args) -> int:
             pid = host.spawn([sys.executable, "-I", str(LAB_DIR / "jylab" / "aptproxy.py"),
                               "--port", str(lab.proxy_port),
                               "--cache", str(lab.cache / "apt"),
-                              "--pidfile", str(lab.state / "aptproxy.pid")], proxy_log)
+                              "--pidfile", str(lab.state / "aptproxy.pid"),
+                              *(f"--allow={h}" for h in mirror_hosts())], proxy_log)
             state["pids"]["aptproxy"] = pid
             write_state(lab, state)
             if not host.wait_port(lab.proxy_port, 10):
