@@ -18,10 +18,12 @@ description:
   - C(upgrade_plan(ctx, image, version, canary, serial)), C(upgrade_rollback_plan(ctx, image,
     nodes, serial)), C(upgrade_prune_plan(ctx, image, versions)) return plans;
     C(upgrade_describe(plan)) the lines an operator reads.
-  - C(upgrade_state_moved), C(upgrade_state_recorded), C(upgrade_state_promoted) return the
+  - C(upgrade_state_moved), C(upgrade_state_recorded), C(upgrade_state_promoted),
+    C(upgrade_state_pruned) return the
     image state after a step, to be written to the head.
   - C(upgrade_prune_steps(dataset, zfs_origins, zfs_txg)) the ZFS promote/destroy steps.
-  - C(upgrade_effective_versions(ctx)) which version every node boots, and why.
+  - C(upgrade_effective_versions(ctx)) which version every node boots, and why;
+    C(upgrade_progress(plan, verified)) how far a rollout got.
 author: junkyard.cluster developers
 """
 
@@ -93,6 +95,10 @@ def upgrade_state_promoted(ctx, image, version):
     return up.state_promoted(ctx, image, str(version))
 
 
+def upgrade_state_pruned(ctx, image, versions):
+    return up.state_pruned(ctx, image, _names(versions) or [])
+
+
 def upgrade_with_state(ctx, state):
     """The context with a newer state (after a step was written)."""
     return dict(ctx, state=up.load_state(state))
@@ -109,6 +115,7 @@ class FilterModule:
             "upgrade_state_moved": upgrade_state_moved,
             "upgrade_state_recorded": upgrade_state_recorded,
             "upgrade_state_promoted": upgrade_state_promoted,
+            "upgrade_state_pruned": upgrade_state_pruned,
             "upgrade_with_state": upgrade_with_state,
             "upgrade_describe": up.describe,
             "upgrade_progress": up.progress,

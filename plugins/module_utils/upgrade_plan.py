@@ -309,6 +309,21 @@ def plan_prune(ctx, image, requested):
     return {"image": image, "current": current, "prune": prune, "refused": refused}
 
 
+def state_pruned(ctx, image, versions):
+    """The state once ``versions`` are destroyed: they leave the record, and a version cloned
+    from one of them now descends from that one's origin."""
+    state = copy.deepcopy(ctx["state"])
+    known = state["images"].get(image, {}).get("versions", {})
+    for version in versions:
+        gone = known.pop(version, None)
+        if gone is None:
+            continue
+        for meta in known.values():
+            if meta.get("origin") == version:
+                meta["origin"] = gone.get("origin")
+    return state
+
+
 def prune_steps(dataset, origins, createtxg):
     """ZFS steps to destroy version ``dataset`` without touching any other version.
 

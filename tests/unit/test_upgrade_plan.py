@@ -4,6 +4,8 @@ ZFS prune steps; the filter wrappers."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.junkyard.cluster.plugins.filter import upgrade as filters
@@ -229,7 +231,7 @@ def test_rollback_of_unknown_nodes_is_refused():
 # --------------------------------------------------------------------------- prune
 
 def test_prune_refusals():
-    s = dict(PROMOTED, nodes={"gpu02": "2026.10.1"})
+    s = dict(copy.deepcopy(PROMOTED), nodes={"gpu02": "2026.10.1"})
     s["images"]["bookworm-rocm"]["versions"]["2026.09.1"] = {"origin": None}
     plan = up.plan_prune(ctx(s), "bookworm-rocm",
                          ["2026.12.1", "2026.11.1", "2026.10.1", "2026.09.1", "2025.01.1"])
@@ -306,3 +308,9 @@ def test_filters_read_hostvars_and_report_plan_errors():
     steps = f["upgrade_prune_steps"]("t/i/v1", "t/i/v1\t-\nt/i/v2\tt/i/v1@v2\n",
                                      "t/i/v1@v2\t5\n")
     assert steps == [["promote", "t/i/v2"], ["destroy", "t/i/v1"]]
+
+
+def test_state_after_prune_relinks_the_lineage():
+    s = up.state_pruned(ctx(PROMOTED), "bookworm-rocm", ["2026.10.1"])
+    assert s["images"]["bookworm-rocm"]["versions"] == {
+        "2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}

@@ -1,0 +1,114 @@
+"""upgrade_rocm.yml, rollback.yml and prune_images.yml in check mode against the example
+inventory, with the storage head played by this machine (connection local) and the image
+state in a temporary file: the plan is shown, nothing is changed, bad requests are refused.
+Nothing but this machine is contacted (check mode ends before any node or BMC step)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+INVENTORY = REPO / "inventories" / "example" / "hosts.yml"
+
+
+def run(playbook, tmp_path, *extra, state=None, check=True):
+    state_file = tmp_path / "image-state.yml"
+    if state is not None:
+        state_file.write_text(yaml.safe_dump(state))
+    argv = ["ansible-playbook", "-i", str(INVENTORY), str(REPO / "playbooks" / playbook),
+            "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}",
+            "-e", f"upgrade_state_file={state_file}",
+            *extra]
+    if check:
+        argv.append("--check")
+    env = dict(os.environ, JUNKYARD_BMC_PASSWORD="not-used", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return proc, state_file
+
+
+PROMOTED = {"schema": 1, "nodes": {}, "images": {"bookworm-rocm": {
+    "current": "2026.12.1", "previous": "2026.11.1",
+    "versions": {"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}}}}
+
+
+def test_upgrade_check_mode_shows_canary_and_waves_and_changes_nothing(tmp_path):
+    proc, state_file = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1",
+                           "-e", "serial=3", "-e", "canary=gpu04")
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "bookworm-rocm: upgrade 2026.11.1 -> 2026.12.1 (build the new version)" in out
+    assert "canary: gpu04 2026.11.1 -> 2026.12.1" in out
+    assert "wave 1: gpu01 2026.11.1 -> 2026.12.1, gpu02 2026.11.1 -> 2026.12.1, gpu03" in out
+    assert "wave 2: gpu05 2026.11.1 -> 2026.12.1, gpu06 2026.11.1 -> 2026.12.1, gpu07" in out
+    assert "then 2026.12.1 becomes the current version of bookworm-rocm" in out
+    assert not state_file.exists()
+    assert "changed=0" in out and "failed=0" in out
+
+
+def test_upgrade_check_mode_resumes_a_stopped_rollout(tmp_path):
+    state = {"schema": 1, "nodes": {"gpu01": "2026.12.1"}, "images": {"bookworm-rocm": {
+        "current": "2026.11.1",
+        "versions": {"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}}}}
+    proc, state_file = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1",
+                           state=state)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "upgrade 2026.11.1 -> 2026.12.1 (version exists)" in proc.stdout
+    assert "canary:" not in proc.stdout
+    assert "unchanged: gpu01" in proc.stdout
+    assert yaml.safe_load(state_file.read_text()) == state
+
+
+def test_upgrade_to_the_current_version_is_refused(tmp_path):
+    proc, _ = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.11.1")
+    assert proc.returncode != 0
+    assert "upgrade_version 2026.11.1 is already the current version of bookworm-rocm" in (
+        proc.stdout + proc.stderr)
+
+
+def test_rollback_check_mode_after_a_promotion(tmp_path):
+    proc, _ = run("rollback.yml", tmp_path, "-e", "serial=4", state=PROMOTED)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "bookworm-rocm: rollback (current 2026.12.1)" in out
+    assert ("wave 1: gpu01 2026.12.1 -> 2026.11.1, gpu02 2026.12.1 -> 2026.11.1, "
+            "gpu03 2026.12.1 -> 2026.11.1, gpu04 2026.12.1 -> 2026.11.1") in out
+    assert "then 2026.11.1 becomes the current version of bookworm-rocm" in out
+
+
+def test_rollback_of_named_nodes(tmp_path):
+    proc, _ = run("rollback.yml", tmp_path, "-e", "nodes=gpu02,gpu05", "-e", "serial=1",
+                  state=PROMOTED)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wave 1: gpu02 2026.12.1 -> 2026.11.1" in proc.stdout
+    assert "wave 2: gpu05 2026.12.1 -> 2026.11.1" in proc.stdout
+    assert "becomes the current version" not in proc.stdout
+
+
+@pytest.mark.parametrize("versions, reason", [
+    ("2026.12.1", "2026.12.1 is the current version of bookworm-rocm"),
+    ("2026.11.1", "2026.11.1 is the previous version of bookworm-rocm, the rollback target"),
+])
+def test_prune_refuses_and_destroys_nothing(tmp_path, versions, reason):
+    proc, state_file = run("prune_images.yml", tmp_path, "-e", f"versions={versions}",
+                           state=PROMOTED, check=False)
+    assert proc.returncode != 0
+    assert f"nothing was pruned: {reason}" in proc.stdout + proc.stderr
+    assert yaml.safe_load(state_file.read_text()) == PROMOTED
+
+
+def test_prune_refuses_a_booted_version(tmp_path):
+    state = dict(PROMOTED, nodes={"gpu03": "2026.10.1"})
+    state["images"] = {"bookworm-rocm": dict(PROMOTED["images"]["bookworm-rocm"], versions={
+        **PROMOTED["images"]["bookworm-rocm"]["versions"], "2026.10.1": {"origin": None}})}
+    proc, _ = run("prune_images.yml", tmp_path, "-e", "versions=2026.10.1", state=state,
+                  check=False)
+    assert proc.returncode != 0
+    assert "nothing was pruned: 2026.10.1 is booted by gpu03" in proc.stdout + proc.stderr
