@@ -148,6 +148,8 @@ def parse_prometheus(text, source="metrics"):
 # place: report field -> metric name.  Its sensor readings carry a ``role``
 # label (current, gpu_temp, cpu_temp, psu) and the sensor's name.
 FAN_PREFIX = "junkyard_fan_"
+# Where the gpu_fan_daemon role has the daemon write them (its default).
+FAN_TEXTFILE = "/run/junkyard-fan/metrics/junkyard_fan.prom"
 FAN_METRICS = {
     "sensor": FAN_PREFIX + "sensor_reading",
     "gpu_power": FAN_PREFIX + "gpu_power_watts",

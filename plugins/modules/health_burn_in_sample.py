@@ -6,6 +6,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
+    FAN_TEXTFILE,
     HealthError,
     burn_in_stop_reasons,
     ecc_summary,
@@ -39,7 +40,7 @@ options:
   fan_metrics_path:
     description: The fan daemon's Prometheus textfile.
     type: path
-    default: /run/junkyard/fan.prom
+    default: /run/junkyard-fan/metrics/junkyard_fan.prom
   fan_metrics_max_age:
     description: Seconds after which the metrics count as stale.
     type: float
@@ -99,7 +100,7 @@ stopped:
 def main():
     module = AnsibleModule(
         argument_spec={
-            "fan_metrics_path": {"type": "path", "default": "/run/junkyard/fan.prom"},
+            "fan_metrics_path": {"type": "path", "default": FAN_TEXTFILE},
             "fan_metrics_max_age": {"type": "float", "default": 30.0},
             "db_path": {"type": "path", "default": "/var/lib/rasdaemon/ras-mc_event.db"},
             "edac_root": {"type": "path", "default": "/sys/devices/system/edac/mc"},

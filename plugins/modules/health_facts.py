@@ -7,6 +7,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
+    FAN_TEXTFILE,
     HealthError,
     check_mount_table,
     parse_cmdline,
@@ -59,7 +60,7 @@ options:
   fan_metrics_path:
     description: The fan daemon's Prometheus textfile.
     type: path
-    default: /run/junkyard/fan.prom
+    default: /run/junkyard-fan/metrics/junkyard_fan.prom
   fan_metrics_max_age:
     description: Seconds after which the metrics file counts as stale.
     type: float
@@ -149,7 +150,7 @@ def main():
                 "kind": {"type": "str", "required": True},
                 "source": {"type": "str", "default": ""},
             }},
-            "fan_metrics_path": {"type": "path", "default": "/run/junkyard/fan.prom"},
+            "fan_metrics_path": {"type": "path", "default": FAN_TEXTFILE},
             "fan_metrics_max_age": {"type": "float", "default": 30.0},
             "timeout": {"type": "float", "default": 5.0},
             "proc_root": {"type": "path", "default": "/proc"},

@@ -146,8 +146,8 @@ def test_fan_alarm_and_missing_metrics():
                                                             "failsafe"]})}))
     assert "fan zone gpu-rear is in state failsafe" in messages(n)
     hosts = {"gpu01": healthy()}
-    hosts["gpu01"]["health"]["health"]["fan"] = {"present": False,
-                                                 "error": "/run/junkyard/fan.prom does not exist"}
+    hosts["gpu01"]["health"]["health"]["fan"] = {
+        "present": False, "error": f"{h.FAN_TEXTFILE} does not exist"}
     n = node(report(hosts))
     assert n["status"] == "warn"
     assert any("fan daemon metrics missing" in m for m in messages(n))
