@@ -349,3 +349,24 @@ def test_dimm_label_entries():
 def test_dimm_label_entries_refused(labels, message):
     with pytest.raises(h.HealthError, match=message):
         h.dimm_label_entries(labels)
+
+
+def test_label_files_per_profile():
+    profiles = {
+        "lab-vm": {"memory": {"dimm_labels": []}},
+        "g292-z20": {"description": "Gigabyte\n G292-Z20",
+                     "memory": {"dimm_labels": ["DIMM_P0_A0", "DIMM_P0_B0"]}},
+        "g292-z45": {"memory": {"board": {"vendor": "GIGABYTE", "product": "G292-Z45-00"},
+                                "dimm_labels": [{"label": "DIMM_P1_A0", "location": "8.0.0"}]}},
+    }
+    files = h.label_files(profiles, {"g292-z20": {"vendor": "GIGABYTE", "model": "MZ52"}})
+    assert [f["profile"] for f in files] == ["g292-z20", "g292-z45"]  # none for lab-vm
+    assert files[0]["board"] == {"vendor": "GIGABYTE", "model": "MZ52"}
+    assert files[0]["description"] == "Gigabyte G292-Z20"
+    assert files[0]["entries"][1] == {"label": "DIMM_P0_B0", "locations": ["1.0.0", "1.1.0"]}
+    assert files[1]["board"]["product"] == "G292-Z45-00"
+    # No board anywhere: listed with an empty board, which the role refuses.
+    assert h.label_files({"odd": {"memory": {"dimm_labels": ["A"]}}})[0]["board"] == {}
+    with pytest.raises(h.HealthError,
+                       match=r"cluster_hardware_profiles.odd.memory.dimm_labels\[1\] label A"):
+        h.label_files({"odd": {"memory": {"dimm_labels": ["A", "A"]}}})
