@@ -24,14 +24,15 @@ constexpr int TILE = 16;
 __global__ void multiply(const float* a, const float* b, float* c, int n) {
   __shared__ float ta[TILE][TILE];
   __shared__ float tb[TILE][TILE];
-  int row = blockIdx.y * TILE + threadIdx.y;
-  int col = blockIdx.x * TILE + threadIdx.x;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * TILE + ty;
+  const int col = blockIdx.x * TILE + tx;
   float acc = 0.0f;
   for (int t = 0; t < n; t += TILE) {
-    ta[threadIdx.y][threadIdx.x] = (row < n && t + threadIdx.x < n) ? a[row * n + t + threadIdx.x] : 0.0f;
-    tb[threadIdx.y][threadIdx.x] = (col < n && t + threadIdx.y < n) ? b[(t + threadIdx.y) * n + col] : 0.0f;
+    ta[ty][tx] = (row < n && t + tx < n) ? a[row * n + t + tx] : 0.0f;
+    tb[ty][tx] = (col < n && t + ty < n) ? b[(t + ty) * n + col] : 0.0f;
     __syncthreads();
-    for (int k = 0; k < TILE; ++k) acc += ta[threadIdx.y][k] * tb[k][threadIdx.x];
+    for (int k = 0; k < TILE; ++k) acc += ta[ty][k] * tb[k][tx];
     __syncthreads();
   }
   if (row < n && col < n) c[row * n + col] = acc;
