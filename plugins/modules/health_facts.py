@@ -129,7 +129,10 @@ def probe(paths, timeout):
             results[path] = (False, f"cannot run stat: {proc}", 0.0)
             continue
         try:
-            _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            # One shared deadline; a process that has already ended is read
+            # without waiting, even after the deadline has passed.
+            wait = None if proc.poll() is not None else max(0.05, deadline - time.monotonic())
+            _, err = proc.communicate(timeout=wait)
             elapsed = round(time.monotonic() - start, 3)
             if proc.returncode == 0:
                 results[path] = (True, None, elapsed)
