@@ -184,6 +184,21 @@ def test_node_power_through_its_bmc(lab, index):
     assert "is on" in lab.ipmitool(node, "chassis", "power", "status").stdout
 
 
+def test_ansible_ipmi_power_drives_the_node(lab, lab_log):
+    """community.general.ipmi_power (pyghmi) with the inventory's node_bmc values."""
+    node = lab.nodes[-1]
+    args = ("name={{ node_bmc.address }} port={{ node_bmc.port }} "
+            "user={{ node_bmc.username }} password={{ node_bmc.password }} state=")
+    for state, running in (("off", False), ("on", True)):
+        res = lab_cli("ansible", node.name, "-c", "local",
+                      "-e", "ansible_python_interpreter={{ ansible_playbook_python }}",
+                      "-m", "community.general.ipmi_power", "-a", args + state,
+                      timeout=120, log=lab_log)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"powerstate: '{state}'" in res.stdout or f'"powerstate": "{state}"' in res.stdout
+        lab.wait_qemu(node, running=running)
+
+
 @pytest.mark.parametrize("index", [0, 1])
 def test_node_serial_log_shows_network_boot_on_mgmt(lab, index):
     if index >= len(lab.nodes):
