@@ -352,13 +352,19 @@ def status(lab: Lab, args) -> int:
     bad = 0
     pid = vm_pid(lab, "head")
     line = f"head    {'running' if pid else 'stopped':8}"
+    reach: dict[str, str] = {}
     if pid:
+        ips = [n.ip for node in lab.nodes for n in node.nics if n.net == "mgmt" and n.ip]
+        pings = "".join(f"ping -c1 -W1 {ip} >/dev/null 2>&1 && echo 'ping {ip} up' "
+                        f"|| echo 'ping {ip} down'; " for ip in ips)
         try:
             res = ssh(lab, "systemctl is-system-running; zpool list -H -o name,health "
-                           "2>/dev/null | tr '\\t\\n' ' '", timeout=20)
-            out = res.stdout.split("\n", 1)
-            ssh_state = f"ssh: {out[0] or 'no answer'}" + (
-                f"; pools: {out[1].strip()}" if len(out) > 1 and out[1].strip() else "")
+                           "2>/dev/null | tr '\\t\\n' ' '; echo; " + pings, timeout=30)
+            out = res.stdout.split("\n")
+            pools = out[1].strip() if len(out) > 1 else ""
+            ssh_state = f"ssh: {out[0] or 'no answer'}" + (f"; pools: {pools}" if pools else "")
+            reach = {w[1]: w[2] for w in (x.split() for x in out) if len(w) == 3
+                     and w[0] == "ping"}
         except subprocess.TimeoutExpired:
             ssh_state = "ssh: timeout"
         line += f" {ssh_state}; console: {boot_state(vm.console_log(lab, 'head'))}"
@@ -369,8 +375,10 @@ def status(lab: Lab, args) -> int:
         pid = vm_pid(lab, node.name)
         power = bmc.power_status(lab, node, timeout=10)
         power_s = {True: "on", False: "off", None: "BMC not answering"}[power]
+        mgmt = next((n.ip for n in node.nics if n.net == "mgmt" and n.ip), None)
+        ping = f"; mgmt {mgmt} from head: {reach[mgmt]}" if mgmt in reach else ""
         print(f"{node.name:7} {'running' if pid else 'stopped':8} BMC power {power_s}; "
-              f"console: {boot_state(vm.console_log(lab, node.name))}")
+              f"console: {boot_state(vm.console_log(lab, node.name))}{ping}")
         if power is None:
             bad += 1
     return 1 if bad and args.check else 0
