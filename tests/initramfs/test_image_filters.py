@@ -1,0 +1,116 @@
+"""The image filters: the tables the initramfs and the boot services read,
+rendered from the lab's cluster model, and their refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.junkyard.cluster.plugins.filter import image
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
+
+from tests.unit.test_cluster_model import lab_data
+
+
+def model(**cluster):
+    data = lab_data()
+    data["cluster"].update(copy.deepcopy(cluster))
+    out, errors = build_model(data)
+    assert errors == []
+    return out
+
+
+def test_writable_table_lab_exact():
+    assert image.writable_table(model()) == (
+        "policy stop\nattempts 3\ntimeout 60\nnode node01\nnode node02\n"
+        "* persistent /var/log var-log -\n"
+        "* persistent /var/lib/rasdaemon var-lib-rasdaemon -\n"
+        "* tmpfs /tmp tmp -\n"
+        "* tmpfs /var/tmp var-tmp -\n"
+        "* tmpfs /var/lib/dhcp var-lib-dhcp -\n"
+        "* tmpfs /run/junkyard run-junkyard -\n"
+        "* overlay /etc/ssh etc-ssh -\n"
+        "node01 persistent /var/log 10.77.0.1:/tank/nodes/node01/var-log vers=3,tcp\n"
+        "node01 persistent /var/lib/rasdaemon "
+        "10.77.0.1:/tank/nodes/node01/var-lib-rasdaemon vers=3,tcp\n"
+        "node02 persistent /var/log 10.77.0.1:/tank/nodes/node02/var-log vers=3,tcp\n"
+        "node02 persistent /var/lib/rasdaemon "
+        "10.77.0.1:/tank/nodes/node02/var-lib-rasdaemon vers=3,tcp\n")
+
+
+def test_writable_table_sizes_names_policy_and_limits():
+    m = model(writable_paths=[{"path": "/tmp", "kind": "tmpfs", "size": "4g"},
+                              {"path": "/var/lib/prometheus/node-exporter", "kind": "persistent",
+                               "name": "metrics"}],
+              writable_failure_policy="tmpfs")
+    table = image.writable_table(m, attempts=5, timeout=10)
+    assert table.splitlines()[:3] == ["policy tmpfs", "attempts 5", "timeout 10"]
+    assert "* tmpfs /tmp tmp size=4g" in table
+    assert "* persistent /var/lib/prometheus/node-exporter metrics -" in table
+    assert ("node02 persistent /var/lib/prometheus/node-exporter "
+            "10.77.0.1:/tank/nodes/node02/metrics vers=3,tcp") in table
+
+
+@pytest.mark.parametrize("change,kwargs,msg", [
+    ({"nfs_version": 4}, {}, "cluster_nfs_version 4 cannot be used for persistent writable paths"),
+    ({"writable_paths": [{"path": "/tmp", "kind": "tmpfs", "size": "4 g"}]}, {},
+     "writable path /tmp: size '4 g' is not a tmpfs size"),
+    ({"writable_paths": [{"path": "/var/my logs", "kind": "tmpfs", "name": "mylogs"}]}, {},
+     "writable path '/var/my logs' cannot be written into a boot-time table"),
+    ({}, {"attempts": 0}, "attempts 0 must be an integer >= 1"),
+    ({}, {"timeout": "x"}, "timeout 'x' must be an integer >= 1"),
+])
+def test_writable_table_refusals(change, kwargs, msg):
+    with pytest.raises(AnsibleFilterError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        image.writable_table(model(**change), **kwargs)
+
+
+def test_nfs4_is_fine_without_persistent_paths():
+    m = model(nfs_version=4, writable_paths=[{"path": "/tmp", "kind": "tmpfs"}])
+    assert "persistent" not in image.writable_table(m)
+
+
+def test_image_builds_include_versions_nodes_boot_and_current():
+    data = lab_data()
+    data["nodes"]["node02"]["node_image_version"] = "v2"
+    m, errors = build_model(data)
+    assert errors == []
+    assert image.image_builds(m) == [
+        {"image": "bookworm", "version": "v1", "suite": "bookworm",
+         "dataset": "tank/images/bookworm/v1", "root_path": "/tank/images/bookworm/v1",
+         "host": "image-bookworm-v1", "nodes": ["node01"]},
+        {"image": "bookworm", "version": "v2", "suite": "bookworm",
+         "dataset": "tank/images/bookworm/v2", "root_path": "/tank/images/bookworm/v2",
+         "host": "image-bookworm-v2", "nodes": ["node02"]},
+    ]
+    # the builds agree with the boot entries of the model
+    for build in image.image_builds(m):
+        for node in m["nodes"]:
+            if node["name"] in build["nodes"]:
+                assert node["root_path"] == build["root_path"]
+                assert node["image_dataset"] == build["dataset"]
+
+
+def test_datanet_table_and_data_mounts():
+    m = model(networks={"mgmt": {"subnet": "10.77.0.0/24"},
+                        "data": {"subnet": "10.78.0.0/24", "mtu": 9000},
+                        "bmc": {"subnet": "127.0.0.0/8"}},
+              data_datasets=[{"name": "scratch"}, {"name": "projects", "mount": "/srv/projects"}])
+    assert image.datanet_table(m) == ("node01 52:54:00:78:00:11 10.78.0.11/24 9000\n"
+                                      "node02 52:54:00:78:00:12 10.78.0.12/24 9000\n")
+    assert image.data_mounts(m) == [
+        {"name": "scratch", "path": "/data/scratch", "source": "10.78.0.1:/tank/data/scratch"},
+        {"name": "projects", "path": "/srv/projects",
+         "source": "10.78.0.1:/tank/data/projects"},
+    ]
+
+
+@pytest.mark.parametrize("needed,expected", [
+    (["/var/log", "/var/log/journal", "/var/lib/nfs", "/tmp", "/var/tmpx"],
+     ["/var/lib/nfs", "/var/tmpx"]),
+    ([], []),
+])
+def test_uncovered_paths(needed, expected):
+    writable = [{"path": "/var/log"}, {"path": "/tmp"}, {"path": "/var/tmp"}]
+    assert image.uncovered_paths(needed, writable) == expected
