@@ -26,8 +26,8 @@ description:
   - On AMD EPYC, corrected DRAM errors may arrive as machine-check records (C(mce_record),
     bank "Unified Memory Controller") rather than EDAC memory events. Both are counted, each
     under its own source; the headline counts per label take the larger of the two sources,
-    because one error can be recorded by both. A machine-check record has no DIMM label:
-    it is counted under C(cpu<socket>-umc<channel>).
+    because one error can be recorded by both. A machine-check record has no DIMM label,
+    so it is counted under C(cpu<socket>-umc<channel>).
   - Reads only; changes nothing.
 attributes:
   check_mode:
