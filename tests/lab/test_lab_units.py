@@ -1,0 +1,192 @@
+"""The lab's parts that need no VM: inventory reading, boot states, proxy, relay."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from jylab import aptproxy, cli, config
+from labtools import REPO
+
+LAB = REPO / "lab" / "jylab"
+
+
+def test_lab_inventory_gives_head_nodes_macs_and_bmc_ports(monkeypatch):
+    monkeypatch.delenv("JUNKYARD_LAB_SSH_PORT", raising=False)
+    lab = config.load(REPO / "inventories" / "lab")
+    assert [n.mac for n in lab.head_nics] == ["52:54:00:77:00:01", "52:54:00:78:00:01"]
+    assert [n.name for n in lab.nodes] == ["node01", "node02"]
+    assert [n.bmc_port for n in lab.nodes] == [6231, 6232]
+    assert lab.nodes[0].nics[0].net == "mgmt"
+    assert lab.nodes[1].nics[0].mac == "52:54:00:77:00:12"
+    assert lab.ssh_port == 2222
+    assert len({n.kcs_port for n in lab.nodes}) == len(lab.nodes)
+
+
+def _inventory(tmp_path: Path, mutate) -> Path:
+    hosts = yaml.safe_load((REPO / "inventories/lab/hosts.yml").read_text())
+    mutate(hosts["all"]["children"])
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda g: g["gpu_nodes"]["hosts"]["node01"]["node_bmc"].pop("port"), "node_bmc.port"),
+    (lambda g: g["gpu_nodes"]["hosts"]["node02"]["node_bmc"].update(address="10.0.0.9"),
+     "127.0.0.1 only"),
+    (lambda g: g["gpu_nodes"]["hosts"]["node01"].pop("node_interfaces"), "mgmt interface"),
+    (lambda g: g.pop("storage_head"), "exactly one host in storage_head"),
+])
+def test_bad_lab_inventory_is_explained(tmp_path, mutate, message):
+    with pytest.raises(config.LabError, match=message):
+        config.load(_inventory(tmp_path, mutate))
+
+
+def test_node_count_follows_the_inventory(tmp_path):
+    def three(groups):
+        hosts = groups["gpu_nodes"]["hosts"]
+        hosts["node03"] = yaml.safe_load(yaml.safe_dump(hosts["node02"]))
+        hosts["node03"]["node_bmc"]["port"] = 6233
+    lab = config.load(_inventory(tmp_path, three))
+    assert [n.name for n in lab.nodes] == ["node01", "node02", "node03"]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "70000"])
+def test_bad_port_in_environment(monkeypatch, value):
+    monkeypatch.setenv("JUNKYARD_LAB_SSH_PORT", value)
+    with pytest.raises(config.LabError, match="JUNKYARD_LAB_SSH_PORT"):
+        config.load(REPO / "inventories" / "lab")
+
+
+@pytest.mark.parametrize(("log", "state"), [
+    ("", "no output yet"),
+    ("SeaBIOS (version 1.16)\r\niPXE initialising devices...ok\r\n"
+     "Configuring (net0 52:54:00:77:00:11)......", "iPXE: DHCP on the mgmt NIC"),
+    ("Configuring (net0 52:54:00:77:00:11).... No configuration methods succeeded",
+     "iPXE: no DHCP answer yet (retries)"),
+    ("Configuring (net0 x)\nLinux version 6.1.0\nLoading, please wait...\n", "initramfs"),
+    ("Linux version 6.1\nWelcome to Debian\n\nhead login: ", "login prompt"),
+])
+def test_boot_state_from_serial_log(tmp_path, log, state):
+    path = tmp_path / "console.log"
+    path.write_text(log)
+    assert cli.boot_state(path) == state
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    """A plain HTTP server on 127.0.0.1 standing in for a Debian mirror."""
+    root = tmp_path / "mirror"
+    (root / "debian/pool/main/h").mkdir(parents=True)
+    (root / "debian/pool/main/h/hello.deb").write_bytes(b"DEB" * 1000)
+    (root / "debian/dists").mkdir()
+    (root / "debian/dists/InRelease").write_text("release 1")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(root), **kw)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, server.server_address[1]
+    server.shutdown()
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, str(LAB / "aptproxy.py"), "--port", str(port),
+                             "--cache", str(cache), "--allow", "127.0.0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    yield port, cache
+    proc.terminate()
+    proc.wait(5)
+
+
+def _get(proxy_port: int, url: str) -> tuple[int, bytes]:
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{proxy_port}"}))
+    try:
+        with opener.open(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_proxy_caches_packages_and_passes_indices_through(upstream, proxy):
+    root, up_port = upstream
+    port, cache = proxy
+    deb = f"http://127.0.0.1:{up_port}/debian/pool/main/h/hello.deb"
+    assert _get(port, deb) == (200, b"DEB" * 1000)
+    cached = cache / "127.0.0.1" / "debian/pool/main/h/hello.deb"
+    deadline = time.monotonic() + 5  # stored just after the last byte went out
+    while not cached.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert cached.read_bytes() == b"DEB" * 1000
+    (root / "debian/pool/main/h/hello.deb").unlink()  # now only the cache has it
+    assert _get(port, deb) == (200, b"DEB" * 1000)
+    release = f"http://127.0.0.1:{up_port}/debian/dists/InRelease"
+    assert _get(port, release) == (200, b"release 1")
+    (root / "debian/dists/InRelease").write_text("release 2")  # indices are never cached
+    assert _get(port, release) == (200, b"release 2")
+
+
+def test_proxy_serves_only_allowed_hosts(proxy):
+    port, _ = proxy
+    status, body = _get(port, "http://localhost:9/anything")
+    assert status == 403
+    assert b"not a Debian mirror" in body
+
+
+def test_proxy_module_is_imported_from_the_lab():
+    assert aptproxy.is_immutable("/debian/pool/main/z/zfs/zfs-dkms_2.1.11_all.deb")
+    assert not aptproxy.is_immutable("/debian/dists/bookworm/InRelease")
+
+
+def test_relay_joins_stdio_to_a_loopback_port():
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+
+        def echo():
+            conn, _ = srv.accept()
+            with conn:
+                data = b""
+                while not data.endswith(b"\n"):
+                    data += conn.recv(100)
+                conn.sendall(data.upper())
+
+        t = threading.Thread(target=echo)
+        t.start()
+        res = subprocess.run([sys.executable, str(LAB / "relay.py"), "127.0.0.1", str(port)],
+                             input=b"hello lab\n", capture_output=True, timeout=10, check=False)
+        t.join(5)
+    assert res.stdout == b"HELLO LAB\n"
+
+
+def test_relay_refuses_anything_but_loopback():
+    res = subprocess.run([sys.executable, str(LAB / "relay.py"), "192.0.2.1", "80"],
+                         capture_output=True, timeout=10, check=False)
+    assert res.returncode == 2
