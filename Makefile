@@ -16,7 +16,7 @@ APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
 	podman runc debootstrap \
 	qemu-system-x86 qemu-utils ipxe-qemu \
 	openipmi ipmitool freeipmi-tools libopenipmi-dev \
-	iproute2 bridge-utils apt-cacher-ng
+	iproute2 bridge-utils stress-ng
 
 .PHONY: help setup lint test test-fast build-test-image lab lab-down collection clean
 
