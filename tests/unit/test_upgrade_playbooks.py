@@ -41,7 +41,7 @@ PROMOTED = {"schema": 1, "nodes": {}, "images": {"bookworm-rocm": {
 
 def test_upgrade_check_mode_shows_canary_and_waves_and_changes_nothing(tmp_path):
     proc, state_file = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1",
-                           "-e", "serial=3", "-e", "canary=gpu04")
+                           "-e", "upgrade_serial=3", "-e", "canary=gpu04")
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "bookworm-rocm: upgrade 2026.11.1 -> 2026.12.1 (build the new version)" in out
@@ -74,7 +74,7 @@ def test_upgrade_to_the_current_version_is_refused(tmp_path):
 
 
 def test_rollback_check_mode_after_a_promotion(tmp_path):
-    proc, _ = run("rollback.yml", tmp_path, "-e", "serial=4", state=PROMOTED)
+    proc, _ = run("rollback.yml", tmp_path, "-e", "upgrade_serial=4", state=PROMOTED)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "bookworm-rocm: rollback (current 2026.12.1)" in out
@@ -84,7 +84,7 @@ def test_rollback_check_mode_after_a_promotion(tmp_path):
 
 
 def test_rollback_of_named_nodes(tmp_path):
-    proc, _ = run("rollback.yml", tmp_path, "-e", "nodes=gpu02,gpu05", "-e", "serial=1",
+    proc, _ = run("rollback.yml", tmp_path, "-e", "nodes=gpu02,gpu05", "-e", "upgrade_serial=1",
                   state=PROMOTED)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "wave 1: gpu02 2026.12.1 -> 2026.11.1" in proc.stdout

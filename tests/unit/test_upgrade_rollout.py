@@ -1,0 +1,150 @@
+"""The rollout path of upgrade_rocm.yml for real, minus ZFS and the boot-entry rendering:
+two nodes whose BMCs are OpenIPMI ipmi_sim instances on 127.0.0.1 (chassis power runs a
+stand-in for the node), the storage head and the nodes played by this machine (connection
+local), the image state in a temporary file with the new version already built.
+
+- success: canary then the second wave are power-cycled through their BMCs, verified, and the
+  version is promoted in the state;
+- failure: the canary's verify fails (this machine did not boot junkyard.image=<image>/v2):
+  the rollout stops, the second node's BMC never gets a command, nothing is promoted, and the
+  state keeps the canary's move for the operator.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from bmc_sim.simctl import BmcSim, SimOptions
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.bmc,
+              pytest.mark.skipif(shutil.which("ipmi_sim") is None,
+                                 reason="needs ipmi_sim (openipmi)")]
+
+STATE = {"schema": 1, "nodes": {}, "images": {"bookworm": {
+    "current": "v1", "versions": {"v1": {"origin": None}, "v2": {"origin": "v1"}}}}}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two simulated BMCs and an inventory of the lab cluster that points at them."""
+    sims, markers = {}, {}
+    for n, name in enumerate(("node01", "node02"), start=1):
+        markers[name] = tmp_path / f"{name}.powered"
+        opts = SimOptions(fanmod=False, kill_wait=1, poweroff_wait=0,
+                          startcmd=f"sh -c 'echo on >> {markers[name]}; exec sleep 600'")
+        sims[name] = BmcSim(tmp_path / f"bmc{n}", opts).start()
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    (inv / "group_vars").symlink_to(REPO / "inventories" / "lab" / "group_vars")
+    password = "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD') }}"
+    nodes = {name: {
+        "node_interfaces": {"mgmt": {"mac": f"52:54:00:77:00:1{i}", "ip": f"10.77.0.1{i}"},
+                            "data": {"mac": f"52:54:00:78:00:1{i}", "ip": f"10.78.0.1{i}"}},
+        "node_bmc": {"address": "127.0.0.1", "port": sims[name].port, "username": "admin",
+                     "password": password}}
+        for i, name in enumerate(("node01", "node02"), start=1)}
+    hosts = {"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "children": {
+            "storage_head": {"hosts": {"head": {"head_interfaces": {
+                "mgmt": {"mac": "52:54:00:77:00:01", "ip": "10.77.0.1"},
+                "data": {"mac": "52:54:00:78:00:01", "ip": "10.78.0.1"}}}}},
+            "gpu_nodes": {"hosts": nodes}}}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    state = tmp_path / "image-state.yml"
+    state.write_text(yaml.safe_dump(STATE))
+    try:
+        yield inv / "hosts.yml", state, markers, sims
+    finally:
+        for sim in sims.values():
+            sim.stop()
+
+
+def upgrade(inventory, state, *extra):
+    argv = ["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "upgrade_rocm.yml"),
+            "-e", "version=v2", "-e", "upgrade_serial=1", "-e",
+            yaml.safe_dump({"upgrade_state_file": str(state), "rocm_rollout_render_roles": [],
+                            "rocm_rollout_boot_delay": 0, "rocm_rollout_boot_timeout": 60,
+                            "rocm_verify_gpus": False}, default_flow_style=True).strip(),
+            *extra]
+    env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def powered(marker, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return marker.read_text().split() if marker.exists() else []
+
+
+def test_rollout_power_cycles_verifies_and_promotes(cluster):
+    inventory, state, markers, _ = cluster
+    # This machine never booted an image: the booted-version check is what the
+    # failure test exercises; here it is off.
+    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "canary: node01 v1 -> v2" in out and "wave 1: node02 v1 -> v2" in out
+    assert powered(markers["node01"]) == ["on"]
+    assert powered(markers["node02"]) == ["on"]
+    assert "GPU checks skipped (rocm_verify_gpus is false)" in out
+    final = yaml.safe_load(state.read_text())
+    assert final["images"]["bookworm"]["current"] == "v2"
+    assert final["images"]["bookworm"]["previous"] == "v1"
+    assert final["nodes"] == {}
+    assert "bookworm: current version is now v2; moved and verified: node01, node02" in out
+
+
+def test_a_failed_canary_stops_the_rollout(cluster):
+    inventory, state, markers, _ = cluster
+    proc = upgrade(inventory, state)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "expected junkyard.image=bookworm/v2" in out
+    assert powered(markers["node01"]) == ["on"]
+    assert powered(markers["node02"], timeout=2) == []  # its BMC never got a command
+    final = yaml.safe_load(state.read_text())
+    assert final["images"]["bookworm"]["current"] == "v1"
+    assert final["nodes"] == {"node01": "v2"}
+    assert "current version is now" not in out
+
+
+def rollback(inventory, state, *extra):
+    argv = ["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "rollback.yml"),
+            "-e", "upgrade_serial=2", "-e",
+            yaml.safe_dump({"upgrade_state_file": str(state), "rocm_rollout_render_roles": [],
+                            "rocm_rollout_boot_delay": 0, "rocm_rollout_boot_timeout": 60,
+                            "rocm_verify_gpus": False, "rocm_verify_boot_image": ""},
+                           default_flow_style=True).strip(), *extra]
+    env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_rollback_after_a_promotion_demotes(cluster):
+    inventory, state, markers, _ = cluster
+    assert upgrade(inventory, state, "-e", "rocm_verify_boot_image=").returncode == 0
+    proc = rollback(inventory, state)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "wave 1: node01 v2 -> v1, node02 v2 -> v1" in out
+    final = yaml.safe_load(state.read_text())
+    assert final["images"]["bookworm"]["current"] == "v1"
+    assert "previous" not in final["images"]["bookworm"]
+    assert final["nodes"] == {}
+    assert set(final["images"]["bookworm"]["versions"]) == {"v1", "v2"}  # nothing destroyed
+    # off and on again through each BMC, once per move: the stand-in started twice
+    assert {n: m.read_text().split() for n, m in markers.items()} == {
+        "node01": ["on", "on"], "node02": ["on", "on"]}
