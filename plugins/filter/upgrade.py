@@ -64,8 +64,8 @@ def upgrade_rollback_plan(ctx, image, nodes=None, serial=1):
     return up.plan_rollback(ctx, image, _names(nodes), int(serial))
 
 
-def upgrade_prune_plan(ctx, image, versions):
-    return up.plan_prune(ctx, image, _names(versions) or [])
+def upgrade_prune_plan(ctx, image, versions, allow_previous=False):
+    return up.plan_prune(ctx, image, _names(versions) or [], bool(allow_previous))
 
 
 def upgrade_prune_steps(dataset, zfs_origins, zfs_txg=""):

@@ -277,10 +277,10 @@ def state_promoted(ctx, image, version):
 
 # --------------------------------------------------------------------------- prune
 
-def plan_prune(ctx, image, requested):
+def plan_prune(ctx, image, requested, allow_previous=False):
     """Which requested versions may be destroyed.  Refused: the current version, the previous
-    one (the rollback target) unless ``requested`` names it with force, any version a node
-    boots, a version not recorded in the state."""
+    one (the rollback target) unless ``allow_previous``, any version a node boots, a version
+    not recorded in the state."""
     if not requested:
         raise PlanError("name the versions to prune: -e versions=<v1>,<v2> (nothing is "
                         "pruned by default)")
@@ -301,9 +301,10 @@ def plan_prune(ctx, image, requested):
         elif version not in known:
             refused[version] = (f"{version} is not a recorded version of {image} "
                                 f"({', '.join(sorted(known)) or 'none recorded'})")
-        elif version == img.get("previous"):
+        elif version == img.get("previous") and not allow_previous:
             refused[version] = (f"{version} is the previous version of {image}, the rollback "
-                                "target; roll forward another version first")
+                                "target; roll forward another version first, or give "
+                                "prune_allow_previous=true")
         else:
             prune.append(version)
     return {"image": image, "current": current, "prune": prune, "refused": refused}

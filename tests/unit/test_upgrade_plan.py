@@ -239,7 +239,8 @@ def test_prune_refusals():
     assert plan["refused"] == {
         "2026.12.1": "2026.12.1 is the current version of bookworm-rocm",
         "2026.11.1": "2026.11.1 is the previous version of bookworm-rocm, the rollback "
-                     "target; roll forward another version first",
+                     "target; roll forward another version first, or give "
+                     "prune_allow_previous=true",
         "2026.10.1": "2026.10.1 is booted by gpu02",
         "2025.01.1": "2025.01.1 is not a recorded version of bookworm-rocm "
                      "(2026.09.1, 2026.10.1, 2026.11.1, 2026.12.1)"}
@@ -314,3 +315,8 @@ def test_state_after_prune_relinks_the_lineage():
     s = up.state_pruned(ctx(PROMOTED), "bookworm-rocm", ["2026.10.1"])
     assert s["images"]["bookworm-rocm"]["versions"] == {
         "2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}}
+
+
+def test_prune_the_previous_version_when_allowed():
+    plan = up.plan_prune(ctx(PROMOTED), "bookworm-rocm", ["2026.11.1"], allow_previous=True)
+    assert plan["prune"] == ["2026.11.1"] and plan["refused"] == {}
