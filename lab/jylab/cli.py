@@ -136,9 +136,9 @@ def preflight(lab: Lab) -> None:
         raise LabError(f"the lab is already running (state {state_file(lab)}): "
                        "`lab status` shows it, `lab down` stops it")
     if host.netns_exists(lab.netns):
-        raise LabError(f"network namespace {lab.netns} already exists but this lab did not "
-                       "start it: remove it (`ip netns delete "
-                       f"{lab.netns}`) or choose another name with JUNKYARD_LAB_NETNS")
+        raise LabError(f"network namespace {lab.netns} already exists but this lab's state does "
+                       "not know it: `lab down` removes a lab's leftover namespace, `ip netns "
+                       f"delete {lab.netns}` any; or choose another name with JUNKYARD_LAB_NETNS")
     ports = {
         "SSH forward to the head": (lab.ssh_port, socket.SOCK_STREAM),
         "package proxy": (lab.proxy_port, socket.SOCK_STREAM),
