@@ -104,6 +104,10 @@ problems:
 """
 
 
+def kernel_release():
+    return os.uname().release
+
+
 def _read(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -138,7 +142,7 @@ def collect(module):
             errors[facts["smi"]["tool"]] = (err or out).strip()[-500:]
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    release = os.uname().release
+    release = kernel_release()
     driver = {"kernel_release": release, "filename": "", "in_tree": False, "dkms": False}
     modinfo = module.get_bin_path("modinfo", opt_dirs=["/sbin", "/usr/sbin"])
     if modinfo:

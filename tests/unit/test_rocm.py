@@ -332,7 +332,7 @@ def test_hip_problems():
 
 @pytest.fixture
 def node(monkeypatch, tmp_path):
-    monkeypatch.setattr(rocm_facts.os, "uname", lambda: type("U", (), {"release": KREL})())
+    monkeypatch.setattr(rocm_facts, "kernel_release", lambda: KREL)
     (tmp_path / "amdgpu").mkdir()
     return tmp_path
 
@@ -372,7 +372,7 @@ def test_module_falls_back_to_rocm_smi_and_flags_dkms(node):
 
 
 def test_module_on_a_machine_without_gpu(tmp_path, monkeypatch):
-    monkeypatch.setattr(rocm_facts.os, "uname", lambda: type("U", (), {"release": KREL})())
+    monkeypatch.setattr(rocm_facts, "kernel_release", lambda: KREL)
     res, _ = run_module(rocm_facts.main, {
         "expected_gpu_count": 8, "expected_gfx_target": "gfx908",
         "sys_module_dir": str(tmp_path)}, [
