@@ -14,9 +14,10 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 # Debian packages the tests and the lab use.
 APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
 	podman runc debootstrap \
-	qemu-system-x86 qemu-utils ipxe-qemu \
+	qemu-system-x86 qemu-utils ipxe-qemu ovmf \
 	openipmi ipmitool freeipmi-tools libopenipmi-dev \
-	iproute2 bridge-utils stress-ng
+	iproute2 bridge-utils stress-ng \
+	$(shell sed 's/#.*//' lab/host-packages.txt)
 
 .PHONY: help setup lint test test-fast build-test-image lab lab-down collection clean
 
@@ -47,7 +48,7 @@ lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --offline -q
 	$(BIN)/ruff check .
-	shellcheck tools/build-test-image $$(git ls-files '*.sh')
+	shellcheck tools/* $$(git ls-files '*.sh')
 	for inv in inventories/*/hosts.yml; do \
 	  $(BIN)/ansible-playbook -i $$inv --syntax-check site.yml >/dev/null && echo "syntax-check site.yml: $$inv ok"; \
 	done
