@@ -35,7 +35,11 @@ ENV = dict(os.environ, CONTAINERS_CONF=str(REPO / "molecule" / "containers.conf"
 def harness_image():
     subprocess.run([str(REPO / "tools" / "build-test-image")], check=True, cwd=REPO, env=ENV,
                    capture_output=True)
-    digest = hashlib.sha256((HERE / "Containerfile").read_bytes()).hexdigest()[:12]
+    base = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}",
+                           "localhost/junkyard-openrc:latest"], env=ENV, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    # A new base image or a changed recipe builds a new harness image.
+    digest = hashlib.sha256((HERE / "Containerfile").read_bytes() + base.encode()).hexdigest()[:12]
     name = f"localhost/junkyard-initramfs-harness:{digest}"
     if subprocess.run(["podman", "image", "exists", name], env=ENV).returncode != 0:
         subprocess.run(["podman", "build", "-q", "-t", name, "-f", str(HERE / "Containerfile"),
