@@ -266,11 +266,11 @@ CASES = [
     (m_zone_gpu_twice, "cluster: cluster_hardware_profiles.quad.fan_zones[1].gpus 1 is already "
      "cooled by zone front"),
     (m_bad_gfx, "cluster: cluster_hardware_profiles.quad.gpu.gfx_target mi100 is not a gfx target"),
-    (m_writable_relative, "cluster: cluster_writable_paths[7].path var/cache is not an absolute "
+    (m_writable_relative, "cluster: cluster_writable_paths[8].path var/cache is not an absolute "
      "path"),
-    (m_writable_repeated, "cluster: cluster_writable_paths[7].path /var/log repeats "
+    (m_writable_repeated, "cluster: cluster_writable_paths[8].path /var/log repeats "
      "cluster_writable_paths[0]"),
-    (m_writable_nested, "cluster: cluster_writable_paths[7].path /var/log/journal is nested with "
+    (m_writable_nested, "cluster: cluster_writable_paths[8].path /var/log/journal is nested with "
      "cluster_writable_paths[0] (/var/log/journal inside /var/log)"),
     (m_writable_kind, "cluster: cluster_writable_paths[2].kind ramdisk is not a writable path "
      "kind (persistent, tmpfs, overlay)"),
