@@ -71,9 +71,7 @@ test-fast: setup
 	$(BIN)/pytest tests -m "not molecule and not lab"
 
 lab: setup
-	lab/lab up
-	lab/lab run site.yml
-	lab/lab status
+	lab/lab deploy
 
 lab-down:
 	lab/lab down

@@ -178,7 +178,7 @@ def m_disk_twice(inv):
 
 
 def m_mirror_one_disk(inv):
-    inv["cluster"]["cluster_pool"]["special"][0]["disks"].pop()
+    del inv["cluster"]["cluster_pool"]["special"][0]["disks"][1:]
 
 
 def m_plain_password(inv):
@@ -274,9 +274,9 @@ CASES = [
      "cluster_writable_paths[0] (/var/log/journal inside /var/log)"),
     (m_writable_kind, "cluster: cluster_writable_paths[2].kind ramdisk is not a writable path "
      "kind (persistent, tmpfs, overlay)"),
-    (m_draid_too_wide, "cluster: cluster_pool.vdevs[0] draid2:10d:12c:1s cannot be built from "
-     "12 disks"),
-    (m_draid_children, "cluster: cluster_pool.vdevs[0].children 14 does not match the 12 disks "
+    (m_draid_too_wide, "cluster: cluster_pool.vdevs[0] draid2:10d:11c:1s cannot be built from "
+     "11 disks"),
+    (m_draid_children, "cluster: cluster_pool.vdevs[0].children 14 does not match the 11 disks "
      "listed"),
     (m_disk_twice, "cluster: cluster_pool.special[0].disks /dev/disk/by-id/virtio-jydisk05 is "
      "already used in cluster_pool.vdevs[0]"),
