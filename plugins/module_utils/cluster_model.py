@@ -37,10 +37,6 @@ VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEFAULT_DATASET_PROPERTIES = {"atime": "off", "compression": "lz4"}
 
 
-class ModelError(Exception):
-    """Raised by helpers; collected into the error list by the validator."""
-
-
 def _fmt(value):
     if isinstance(value, str):
         return value if value else "''"
@@ -259,10 +255,6 @@ def _check_images(cluster, err):
     return out
 
 
-def _vdev_disks(vdev):
-    return [d for d in _as_list(vdev.get("disks"))]
-
-
 def _check_pool(cluster, err):
     raw = cluster.get("pool")
     if not isinstance(raw, dict):
@@ -288,7 +280,7 @@ def _check_pool(cluster, err):
             where = f"cluster_pool.{gname}[{i}]"
             vdev = _as_dict(vdev)
             vtype = vdev.get("type")
-            disks = _vdev_disks(vdev)
+            disks = _as_list(vdev.get("disks"))
             for d in disks:
                 if not isinstance(d, str) or not d.startswith("/dev/"):
                     err.add("cluster", f"{where}.disks", d, "is not a device path under /dev/")
