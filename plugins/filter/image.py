@@ -43,10 +43,16 @@ def _field(value, what):
     return value
 
 
-def image_builds(model):
+def image_builds(model, tree_prefix=""):
     """Every image version to build, sorted: images named by nodes (with the
-    version each node boots) and each image's current version."""
+    version each node boots) and each image's current version.
+
+    ``tree_prefix`` puts the trees under another directory than their export
+    path (a build machine that ships the finished tree as a seed)."""
     pool = model["pool"]["name"]
+    tree_prefix = str(tree_prefix or "").rstrip("/")
+    if tree_prefix and not tree_prefix.startswith("/"):
+        raise AnsibleFilterError(f"tree prefix {tree_prefix!r} must be an absolute path")
     export_root = model["export_root"]
     wanted = {(i, img["current_version"]) for i, img in model["images"].items()}
     wanted |= {(n["image"], n["image_version"]) for n in model["nodes"]}
@@ -57,7 +63,7 @@ def image_builds(model):
             "version": version,
             "suite": model["images"][image]["suite"],
             "dataset": f"{pool}/images/{image}/{version}",
-            "root_path": f"{export_root}/images/{image}/{version}",
+            "root_path": f"{tree_prefix}{export_root}/images/{image}/{version}",
             "host": f"image-{image}-{version}",
             "nodes": sorted(n["name"] for n in model["nodes"]
                             if (n["image"], n["image_version"]) == (image, version)),

@@ -115,3 +115,14 @@ def test_datanet_table_and_data_mounts():
 def test_uncovered_paths(needed, expected):
     writable = [{"path": "/var/log"}, {"path": "/tmp"}, {"path": "/var/tmp"}]
     assert image.uncovered_paths(needed, writable) == expected
+
+
+def test_image_builds_under_a_tree_prefix_keep_everything_but_the_path():
+    m, errors = build_model(lab_data())
+    assert errors == []
+    plain = image.image_builds(m)
+    seeded = image.image_builds(m, "/var/cache/seed/")
+    assert [b["root_path"] for b in seeded] == ["/var/cache/seed/tank/images/bookworm/v1"]
+    assert [dict(b, root_path=None) for b in seeded] == [dict(b, root_path=None) for b in plain]
+    with pytest.raises(AnsibleFilterError, match="'relative' must be an absolute path"):
+        image.image_builds(m, "relative")
