@@ -1,11 +1,17 @@
 # Copyright: junkyard.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Action plugin: validate the whole inventory once and return the cluster model."""
+"""Action plugin: validate the whole inventory once and return the cluster model.
+
+The image state (docs/upgrades.md) comes in as arguments: ``image_state`` (the
+variable cluster_image_state, a mapping or its YAML text), or
+``image_state_content`` read by the cluster_model role from ``image_state_file``
+on the storage head.  Neither = no state."""
 
 from __future__ import annotations
 
 import re
 
+import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.parsing.vault import VaultHelper
 from ansible.plugins.action import ActionBase
@@ -37,10 +43,39 @@ def secret_verdict(value, raw_vars, depth=0):
     return "plain"
 
 
+def _parse_yaml(text, where):
+    """(data, errors): YAML text parsed, or the refusal naming ``where`` and the line."""
+    try:
+        return yaml.safe_load(str(text)), []
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return None, [f"{where} is not valid YAML ({problem}{at}); the image state is "
+                      "written by the upgrade playbooks, see docs/upgrades.md"]
+
+
+def image_state(args, head):
+    """(state, where it was read or None for the variable, errors) from the action's
+    arguments: the variable cluster_image_state wins over the file read on the head."""
+    if args.get("image_state") is not None:
+        state = args["image_state"]
+        if isinstance(state, str):
+            state, errors = _parse_yaml(state, "cluster: cluster_image_state")
+            return state, None, errors
+        return state, None, []
+    if args.get("image_state_content") is not None:
+        where = f"{head}:{args.get('image_state_file') or '(unnamed file)'}"
+        state, errors = _parse_yaml(args["image_state_content"], where)
+        return state, where, errors
+    return None, None, []
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("head_group", "node_group"))
+    _VALID_ARGS = frozenset(("head_group", "node_group", "image_state", "image_state_file",
+                             "image_state_content"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -85,8 +120,12 @@ class ActionModule(ActionBase):
                 node["node_bmc"] = bmc_raw
             nodes[host] = node
 
+        state, state_file, state_errors = image_state(
+            self._task.args, head.get("name") or head_group)
+        errors.extend(state_errors)
         model, model_errors = build_model(
-            {"cluster": cluster, "head": head, "nodes": nodes, "secrets": secrets})
+            {"cluster": cluster, "head": head, "nodes": nodes, "secrets": secrets,
+             "image_state": state, "image_state_file": state_file})
         errors.extend(model_errors)
         if errors:
             raise AnsibleActionFail(

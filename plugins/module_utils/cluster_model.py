@@ -10,12 +10,19 @@ controller and in unit tests alike.  The input is a plain dict::
       "head": {"name": ..., "vars": {<head_* host variables>}},
       "nodes": {<name>: {<node_* host variables>}, ...},
       "secrets": {<host>: <verdict of the BMC password check>},
+      "image_state": <the image state (docs/upgrades.md), parsed; None = no state>,
+      "image_state_file": <"<head>:<path>" it was read from; None = cluster_image_state>,
     }
 
 ``build_model`` returns ``(model, errors)``.  Every error names the host (or
-``cluster``), the field path and the offending value, so that an operator can
-find the line in the inventory.  The model is what every role renders from:
-no role recomputes per-node data.
+``cluster``, or the image state file), the field path and the offending value,
+so that an operator can find the line in the inventory.  The model is what
+every role renders from: no role recomputes per-node data.
+
+Which image version a node boots follows the image state by upgrade_plan's
+rule (``effective_versions``): the inventory's ``node_image_version`` (a pin),
+else the state's override for the node, else the state's current version of
+the image, else the inventory's ``cluster_images.<image>.current_version``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+
+from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan
 
 WRITABLE_KINDS = ("persistent", "tmpfs", "overlay")
 FAILURE_POLICIES = ("stop", "tmpfs")
@@ -32,7 +41,7 @@ VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 DATASET_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
-VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+VERSION_RE = upgrade_plan.VERSION_RE
 
 DEFAULT_DATASET_PROPERTIES = {"atime": "off", "compression": "lz4"}
 
@@ -48,7 +57,8 @@ class _Errors:
         self.items = []
 
     def add(self, where, field, value, problem):
-        self.items.append(f"{where}: {field} {_fmt(value)} {problem}")
+        field = f"{field} " if field else ""
+        self.items.append(f"{where}: {field}{_fmt(value)} {problem}")
 
     def plain(self, message):
         self.items.append(message)
@@ -492,11 +502,10 @@ def build_model(data):
         if image not in images:
             err.add(name, "node_image", image,
                     f"is not an image in cluster_images ({', '.join(sorted(images)) or 'none'})")
+        # The inventory's pin; the version the node boots is settled with the image state.
         version = nv.get("node_image_version")
-        if version is None and image in images:
-            version = images[image]["current_version"]
-        elif version is not None and (not isinstance(version, str) or
-                                      not VERSION_RE.match(version)):
+        if version is not None and (not isinstance(version, str) or
+                                    not VERSION_RE.match(version)):
             err.add(name, "node_image_version", version, "is not a version name")
         ifaces = _as_dict(nv.get("node_interfaces"))
         node = {"name": name, "profile": prof, "image": image, "image_version": version}
@@ -528,14 +537,47 @@ def build_model(data):
             err.add(h, "inventory_hostname", h, f"duplicates host {lower[key]}")
         lower[key] = h
 
+    ctx = _check_image_state(data, images, nodes, err)
+
     if err.items:
         return None, err.items
+    effective = upgrade_plan.effective_versions(ctx)
+    for n in nodes:
+        n["image_version"] = effective[n["name"]]["version"]
+        n["image_version_source"] = effective[n["name"]]["source"]
+    for name, img in images.items():
+        img["current_version"] = upgrade_plan.image_current(ctx, name)
+        img["previous_version"] = ctx["state"]["images"].get(name, {}).get("previous")
     return _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy,
-                   domain, head, nodes), []
+                   domain, head, nodes, ctx["state"]), []
+
+
+def _check_image_state(data, images, nodes, err):
+    """Check the image state against itself and the inventory (upgrade_plan's rules) and
+    return the planner context the versions are taken from (None if the state is refused).
+
+    Refusals name where the state came from: ``<head>:<path>`` of the file, or the
+    variable ``cluster_image_state``."""
+    source = data.get("image_state_file")
+    where, prefix = (source, "") if source else ("cluster", "cluster_image_state")
+
+    def field(path):
+        return ".".join(p for p in (prefix, path) if p)
+
+    try:
+        ctx = upgrade_plan.make_context(
+            images, {n["name"]: n["image"] for n in nodes if n["image"] in images},
+            {n["name"]: n["image_version"] for n in nodes}, data.get("image_state"))
+    except upgrade_plan.PlanError as exc:
+        err.add(where, field(exc.field or ""), exc.value, exc.problem or str(exc))
+        return None
+    for path, value, problem in upgrade_plan.state_problems(ctx):
+        err.add(where, field(path), value, problem)
+    return ctx
 
 
 def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, domain,
-            head, nodes):
+            head, nodes, image_state):
     pname = pool["name"]
     export_root = pool["mountpoint"].rstrip("/")
     tftp_root = cluster.get("tftp_root", "/srv/tftp")
@@ -559,8 +601,9 @@ def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, 
     for image in sorted(images):
         datasets.append({"name": f"{pname}/images/{image}",
                          "properties": {"canmount": "off"}})
-        # The current version is where a first build goes; later versions are
-        # clones made by the upgrade playbook, never created empty here.
+        # The current version (the image state's, else the inventory's) is where
+        # a first build goes; later versions are clones made by the upgrade
+        # playbook, never created empty here.
         datasets.append({"name": image_dataset(image, images[image]["current_version"]),
                          "properties": {}})
     exports = []
@@ -649,6 +692,7 @@ def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, 
         "tftp_root": tftp_root,
         "nfs_version": nfs_version,
         "images": images,
+        "image_state": image_state,
         "writable_paths": writable,
         "writable_failure_policy": policy,
         "nodes": out_nodes,

@@ -3,9 +3,11 @@
 """Plan image-version moves: upgrade (canary, then waves), rollback, prune.
 
 Pure Python (stdlib only), used by the filters in plugins/filter/upgrade.py
-and unit-tested in tests/unit/test_upgrade_plan.py.  Nothing here touches a
-host: the playbooks read the state, call these functions, show the plan (check
-mode stops there) and carry it out.
+and by the cluster model (plugins/module_utils/cluster_model.py: every node's
+boot entry follows ``effective_versions``), unit-tested in
+tests/unit/test_upgrade_plan.py.  Nothing here touches a host: the cluster
+model reads the state, the playbooks call these functions, show the plan
+(check mode stops there) and carry it out.
 
 The image state (``/etc/junkyard/image-state.yml`` on the head, written only
 by the upgrade, rollback and prune playbooks)::
@@ -38,27 +40,67 @@ VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class PlanError(ValueError):
-    """An input that cannot be planned; the message names the field and value."""
+    """An input that cannot be planned; the message names the field and value.
+
+    An error in the image state also carries ``field`` (its path in the state, empty for the
+    whole document), ``value`` and ``problem``, so that the cluster model can word it like
+    its other refusals."""
+
+    def __init__(self, message, field=None, value=None, problem=None):
+        super().__init__(message)
+        self.field, self.value, self.problem = field, value, problem
+
+
+def _state_error(field, value, problem):
+    where = f"{field} " if field else ""
+    return PlanError(f"image state: {where}{value!r} {problem}", field, value, problem)
 
 
 # --------------------------------------------------------------------------- state
+
+STATE_KEYS = ("schema", "images", "nodes")
+IMAGE_KEYS = ("current", "previous", "versions")
+VERSION_KEYS = ("origin",)
+
+
+def _mapping(field, value, problem):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _state_error(field, value, problem)
+    return value
+
+
+def _known_keys(field, mapping, keys, what):
+    for key in mapping:
+        if key not in keys:
+            raise _state_error(field, key, f"is not a key of {what} ({', '.join(keys)})")
+
 
 def load_state(data):
     """Validate and normalise the state read from the head (None or {} = no state yet)."""
     if data in (None, "", {}):
         return {"schema": SCHEMA, "images": {}, "nodes": {}}
-    if not isinstance(data, dict):
-        raise PlanError(f"image state: must be a mapping, got {type(data).__name__}")
-    if data.get("schema", SCHEMA) != SCHEMA:
-        raise PlanError(f"image state: schema {data.get('schema')!r} is not {SCHEMA}")
+    data = _mapping("", data, "must be a mapping of schema, images and nodes")
+    _known_keys("", data, STATE_KEYS, "the image state")
+    schema = data.get("schema", SCHEMA)
+    if schema != SCHEMA or isinstance(schema, bool):
+        raise _state_error("schema", schema, f"is not {SCHEMA}")
     images = {}
-    for name, img in (data.get("images") or {}).items():
-        if not isinstance(img, dict):
-            raise PlanError(f"image state: images.{name} must be a mapping")
+    raw_images = _mapping("images", data.get("images"),
+                          "must be a mapping of image name to its record")
+    for name, img in raw_images.items():
+        img = _mapping(f"images.{name}", img, f"must be a mapping ({', '.join(IMAGE_KEYS)})")
+        _known_keys(f"images.{name}", img, IMAGE_KEYS, "an image record")
         versions = {}
-        for ver, meta in (img.get("versions") or {}).items():
+        raw_versions = _mapping(f"images.{name}.versions", img.get("versions"),
+                                "must be a mapping of version name to {origin: ...}")
+        for ver, meta in raw_versions.items():
             _version(f"images.{name}.versions", ver)
-            origin = (meta or {}).get("origin")
+            meta = _mapping(f"images.{name}.versions.{ver}", meta,
+                            "must be a mapping {origin: <version or null>}")
+            _known_keys(f"images.{name}.versions.{ver}", meta, VERSION_KEYS, "a version record")
+            origin = meta.get("origin")
             if origin is not None:
                 _version(f"images.{name}.versions.{ver}.origin", origin)
             versions[str(ver)] = {"origin": origin}
@@ -68,16 +110,51 @@ def load_state(data):
                 out[key] = _version(f"images.{name}.{key}", img[key])
         images[str(name)] = out
     nodes = {}
-    for node, ver in (data.get("nodes") or {}).items():
+    raw_nodes = _mapping("nodes", data.get("nodes"), "must be a mapping of node to version")
+    for node, ver in raw_nodes.items():
         nodes[str(node)] = _version(f"nodes.{node}", ver)
     return {"schema": SCHEMA, "images": images, "nodes": nodes}
 
 
 def _version(field, value):
     if not isinstance(value, str) or not VERSION_RE.match(value):
-        raise PlanError(f"image state: {field} {value!r} is not a version name "
-                        "(letters, digits, . _ -)")
+        raise _state_error(field, value, "is not a version name (letters, digits, . _ -)")
     return value
+
+
+def state_problems(ctx):
+    """What in the (well-formed) state contradicts itself or the inventory, as
+    (field, value, problem): an image not in cluster_images; a current or previous version,
+    an origin, or a node's override that is not a recorded version of its image.  Overrides
+    of hosts that are not nodes (a retired node) are not looked at: nothing boots them."""
+    problems = []
+    state = ctx["state"]
+    for name, img in sorted(state["images"].items()):
+        if name not in ctx["images"]:
+            problems.append(("images", name,
+                             f"is not an image in cluster_images "
+                             f"({', '.join(sorted(ctx['images'])) or 'none'})"))
+            continue
+        known = img["versions"]
+        recorded = f"({', '.join(sorted(known)) or 'none recorded'})"
+        for key in ("current", "previous"):
+            if key in img and img[key] not in known:
+                problems.append((f"images.{name}.{key}", img[key],
+                                 f"is not a recorded version of {name} {recorded}"))
+        for ver, meta in sorted(known.items()):
+            if meta["origin"] is not None and meta["origin"] not in known:
+                problems.append((f"images.{name}.versions.{ver}.origin", meta["origin"],
+                                 f"is not a recorded version of {name} {recorded}"))
+    for node, ver in sorted(state["nodes"].items()):
+        image = ctx["nodes"].get(node)
+        if image is None or image not in ctx["images"]:
+            continue
+        known = state["images"].get(image, {}).get("versions", {})
+        if ver not in known:
+            problems.append((f"nodes.{node}", ver,
+                             f"is not a recorded version of {image}, the image of {node} "
+                             f"({', '.join(sorted(known)) or 'none recorded'})"))
+    return problems
 
 
 def image_current(ctx, image):
@@ -148,7 +225,9 @@ def _selected(ctx, image, only):
 
 def plan_upgrade(ctx, image, version, canary=None, wave_size=1):
     """Canary first (a wave of one), then the other nodes of the image in waves."""
-    _version("upgrade_version", version)
+    if not isinstance(version, str) or not VERSION_RE.match(version):
+        raise PlanError(f"upgrade_version {version!r} is not a version name "
+                        "(letters, digits, . _ -)")
     current = image_current(ctx, image)
     if version == current:
         raise PlanError(f"upgrade_version {version} is already the current version of {image}")

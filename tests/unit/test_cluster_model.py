@@ -1,4 +1,5 @@
-"""The model's derivation and the BMC secret check, without running Ansible."""
+"""The model's derivation, the image state it follows, and the BMC secret check, without
+running Ansible."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.parsing.vault import EncryptedString, VaultLib, VaultSecret
-from ansible_collections.junkyard.cluster.plugins.action.cluster_model import secret_verdict
+from ansible_collections.junkyard.cluster.plugins.action.cluster_model import (
+    image_state,
+    secret_verdict,
+)
+from ansible_collections.junkyard.cluster.plugins.filter.image import image_builds
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
 LAB = Path(__file__).resolve().parents[2] / "inventories" / "lab"
@@ -105,3 +110,183 @@ def test_secret_verdict_vault_and_vault_reference():
     enc = EncryptedString(ciphertext=ciphertext)
     assert secret_verdict(enc, {}) == "vault"
     assert secret_verdict("{{ vault_bmc }}", {"vault_bmc": enc}) == "vault"
+
+
+# --------------------------------------------------------------------------- the image state
+
+STATE_FILE = "head:/etc/junkyard/image-state.yml"
+V12 = {"v1": {"origin": None}, "v2": {"origin": "v1"}}
+
+
+def with_state(state, pins=None, source=STATE_FILE):
+    data = lab_data()
+    for node, version in (pins or {}).items():
+        data["nodes"][node]["node_image_version"] = version
+    data["image_state"] = state
+    data["image_state_file"] = source
+    return data
+
+
+def node(model, name):
+    return next(n for n in model["nodes"] if n["name"] == name)
+
+
+def promoted(nodes=None, versions=None, current="v2", previous="v1"):
+    img = {"current": current, "versions": versions or V12}
+    if previous:
+        img["previous"] = previous
+    return {"schema": 1, "images": {"bookworm": img}, "nodes": nodes or {}}
+
+
+@pytest.mark.parametrize(("state", "pins", "version", "source"), [
+    # 4. nothing in the state: the inventory's current_version
+    (None, {}, "v1", "inventory"),
+    ({}, {}, "v1", "inventory"),
+    ({"schema": 1, "images": {}, "nodes": {}}, {}, "v1", "inventory"),
+    # 3. the state's current version of the image wins over the inventory's
+    (promoted(), {}, "v2", "state"),
+    # 2. the node's override wins over the state's current version
+    (promoted(nodes={"node01": "v1"}), {}, "v1", "override"),
+    (promoted(current="v1", previous=None, nodes={"node01": "v2"}), {}, "v2", "override"),
+    # 1. the inventory's pin wins over everything
+    (promoted(nodes={"node01": "v2"}, current="v2"), {"node01": "v1"}, "v1", "pin"),
+    (promoted(current="v1", previous=None, nodes={"node01": "v1"}), {"node01": "v2"}, "v2",
+     "pin"),
+], ids=["no-state", "empty", "empty-schema", "state-current", "override", "override-newer",
+        "pin-over-override", "pin-newer"])
+def test_boot_entry_follows_the_image_state(state, pins, version, source):
+    model, errors = build_model(with_state(state, pins))
+    assert errors == []
+    n1 = node(model, "node01")
+    assert n1["image_version"] == version
+    assert n1["image_version_source"] == source
+    cmdline = n1["boot"]["cmdline"].split()
+    assert f"nfsroot=10.77.0.1:/tank/images/bookworm/{version},vers=3,tcp" in cmdline
+    assert f"junkyard.image=bookworm/{version}" in cmdline
+    assert n1["root_path"] == f"/tank/images/bookworm/{version}"
+    assert n1["image_dataset"] == f"tank/images/bookworm/{version}"
+    assert n1["boot"]["kernel"] == f"/images/bookworm/{version}/boot/vmlinuz"
+
+
+def test_current_version_exports_datasets_and_builds_are_the_effective_ones():
+    versions = {"v1": {"origin": None}, "v2": {"origin": "v1"}, "v3": {"origin": "v2"}}
+    state = promoted(nodes={"node02": "v2"}, versions=versions, current="v3", previous="v2")
+    model, errors = build_model(with_state(state))
+    assert errors == []
+    assert model["images"]["bookworm"]["current_version"] == "v3"
+    assert model["images"]["bookworm"]["previous_version"] == "v2"
+    assert model["image_state"] == state
+    assert [(n["name"], n["image_version"]) for n in model["nodes"]] == [
+        ("node01", "v3"), ("node02", "v2")]
+    # the inventory's v1 is neither booted nor current any more: not exported, not created
+    image_exports = [e["path"] for e in model["exports"] if "/images/" in e["path"]]
+    assert image_exports == ["/tank/images/bookworm/v2", "/tank/images/bookworm/v3"]
+    image_sets = [d["name"] for d in model["datasets"]
+                  if d["name"].startswith("tank/images/bookworm/")]
+    assert image_sets == ["tank/images/bookworm/v3"]
+    # the image layer builds what the model says, without knowing about the state
+    builds = image_builds(model)
+    assert [(b["version"], b["nodes"]) for b in builds] == [("v2", ["node02"]),
+                                                            ("v3", ["node01"])]
+
+
+def test_no_state_keeps_the_inventory_model():
+    before, _ = build_model(lab_data())
+    after, errors = build_model(with_state(None, source=None))
+    assert errors == []
+    assert after == before
+    assert after["images"]["bookworm"]["previous_version"] is None
+    assert after["image_state"] == {"schema": 1, "images": {}, "nodes": {}}
+
+
+def test_an_override_of_a_host_that_is_not_a_node_is_ignored():
+    model, errors = build_model(with_state(promoted(nodes={"node09": "v7"})))
+    assert errors == []
+    assert [n["image_version"] for n in model["nodes"]] == ["v2", "v2"]
+
+
+@pytest.mark.parametrize(("state", "message"), [
+    ([], f"{STATE_FILE}: [] must be a mapping of schema, images and nodes"),
+    ({"schema": 2, "images": {}}, f"{STATE_FILE}: schema 2 is not 1"),
+    ({"node": {"node01": "v2"}},
+     f"{STATE_FILE}: node is not a key of the image state (schema, images, nodes)"),
+    ({"images": ["bookworm"]},
+     f"{STATE_FILE}: images ['bookworm'] must be a mapping of image name to its record"),
+    ({"images": {"bookworm": {"current": "v1", "versions": V12, "latest": "v2"}}},
+     f"{STATE_FILE}: images.bookworm latest is not a key of an image record "
+     "(current, previous, versions)"),
+    ({"images": {"bookworm": {"current": "v1", "versions": {"v1": "none"}}}},
+     f"{STATE_FILE}: images.bookworm.versions.v1 none must be a mapping"),
+    ({"images": {"bookworm": {"current": "v1/../..", "versions": V12}}},
+     f"{STATE_FILE}: images.bookworm.current v1/../.. is not a version name"),
+    (promoted(nodes={"node01": 3}), f"{STATE_FILE}: nodes.node01 3 is not a version name"),
+    ({"images": {"trixie": {"current": "t1", "versions": {"t1": {"origin": None}}}}},
+     f"{STATE_FILE}: images trixie is not an image in cluster_images (bookworm)"),
+    (promoted(current="v3"),
+     f"{STATE_FILE}: images.bookworm.current v3 is not a recorded version of bookworm (v1, v2)"),
+    (promoted(previous="v0"),
+     f"{STATE_FILE}: images.bookworm.previous v0 is not a recorded version of bookworm "
+     "(v1, v2)"),
+    (promoted(versions={"v1": {"origin": "v0"}, "v2": {"origin": "v1"}}),
+     f"{STATE_FILE}: images.bookworm.versions.v1.origin v0 is not a recorded version of "
+     "bookworm (v1, v2)"),
+    (promoted(nodes={"node02": "v7"}),
+     f"{STATE_FILE}: nodes.node02 v7 is not a recorded version of bookworm, the image of "
+     "node02 (v1, v2)"),
+    ({"nodes": {"node02": "v2"}},
+     f"{STATE_FILE}: nodes.node02 v2 is not a recorded version of bookworm, the image of "
+     "node02 (none recorded)"),
+], ids=["not-a-mapping", "schema", "unknown-key", "images-list", "unknown-image-key",
+        "version-record", "current-name", "node-version-name", "unknown-image",
+        "current-unrecorded", "previous-unrecorded", "origin-unrecorded",
+        "override-unrecorded", "override-without-record"])
+def test_inconsistent_state_is_refused_naming_file_field_and_value(state, message):
+    model, errors = build_model(with_state(state))
+    assert model is None
+    assert any(e.startswith(message) for e in errors), errors
+
+
+def test_state_given_as_variable_is_named_so():
+    _, errors = build_model(with_state(promoted(nodes={"node02": "v7"}), source=None))
+    assert errors == ["cluster: cluster_image_state.nodes.node02 v7 is not a recorded version "
+                      "of bookworm, the image of node02 (v1, v2)"]
+    _, errors = build_model(with_state([], source=None))
+    assert errors == ["cluster: cluster_image_state [] must be a mapping of schema, images "
+                      "and nodes"]
+
+
+def test_state_errors_come_with_the_inventory_errors():
+    data = with_state(promoted(current="v3"))
+    data["nodes"]["node01"]["node_profile"] = "nope"
+    _, errors = build_model(data)
+    assert len(errors) == 2
+
+
+@pytest.mark.parametrize(("args", "state", "where", "error"), [
+    ({}, None, None, None),
+    ({"image_state": {"schema": 1}}, {"schema": 1}, None, None),
+    ({"image_state": "{schema: 1, nodes: {node01: v2}}"},
+     {"schema": 1, "nodes": {"node01": "v2"}}, None, None),
+    ({"image_state": "{schema: 1", "image_state_content": "schema: 1"}, None, None,
+     "cluster: cluster_image_state is not valid YAML ("),
+    # the variable wins over the file
+    ({"image_state": {}, "image_state_content": "schema: 2",
+      "image_state_file": "/etc/junkyard/image-state.yml"}, {}, None, None),
+    ({"image_state_content": "schema: 1\nnodes:\n  node01: v2\n",
+      "image_state_file": "/etc/junkyard/image-state.yml"},
+     {"schema": 1, "nodes": {"node01": "v2"}}, STATE_FILE, None),
+    ({"image_state_content": "", "image_state_file": "/etc/junkyard/image-state.yml"},
+     None, STATE_FILE, None),
+    ({"image_state_content": "schema: 1\nnodes:\n  node01: v2\n node02: v1\n",
+      "image_state_file": "/etc/junkyard/image-state.yml"}, None, STATE_FILE,
+     f"{STATE_FILE} is not valid YAML ("),
+])
+def test_action_reads_the_state_argument_or_the_file(args, state, where, error):
+    got_state, got_where, errors = image_state(args, "head")
+    assert got_state == state
+    assert got_where == where
+    if error is None:
+        assert errors == []
+    else:
+        assert len(errors) == 1 and errors[0].startswith(error), errors
+        assert "line " in errors[0]

@@ -116,6 +116,6 @@ def test_prune_refuses_a_booted_version(tmp_path):
 
 def test_upgrade_refuses_a_render_role_the_collection_lacks(tmp_path):
     proc, _ = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1", "-e",
-                  '{"rocm_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
+                  '{"image_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
     assert proc.returncode != 0
     assert "junkyard.cluster.nope (tasks_from main) is not in this collection" in proc.stdout

@@ -4,7 +4,9 @@ stand-in for the node), the storage head and the nodes played by this machine (c
 local), the image state in a temporary file with the new version already built.
 
 - success: canary then the second wave are power-cycled through their BMCs, verified, and the
-  version is promoted in the state;
+  version is promoted in the state; before each wave's power cycle the cluster model, derived
+  again from the state file the wave wrote, boots the wave's nodes at the new version (a
+  stand-in render role records the boot entries it is given);
 - failure: the canary's verify fails (this machine did not boot junkyard.image=<image>/v2):
   the rollout stops, the second node's BMC never gets a command, nothing is promoted, and the
   state keeps the canary's move for the operator.
@@ -68,16 +70,34 @@ def cluster(tmp_path):
             sim.stop()
 
 
-def upgrade(inventory, state, *extra):
+def probe_role(tmp_path):
+    """A render role that records, per wave, the version each node's boot entry names."""
+    tasks = tmp_path / "roles" / "jy_model_probe" / "tasks"
+    tasks.mkdir(parents=True)
+    record = tmp_path / "boot-entries.txt"
+    tasks.joinpath("main.yml").write_text(yaml.safe_dump([{
+        "name": "Record the boot entries of the model the wave derived",
+        "ansible.builtin.shell": (
+            "echo '{{ image_rollout_wave | join(\",\") }}: {{ cluster_model.nodes"
+            " | map(attribute=\"boot.cmdline\") | map(\"regex_search\", \"junkyard.image=\\S+\")"
+            " | join(\" \") }}' >> " + str(record)),
+    }]))
+    return tmp_path / "roles", record
+
+
+def upgrade(inventory, state, *extra, render_roles=(), roles_path=None):
     argv = ["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "upgrade_rocm.yml"),
             "-e", "version=v2", "-e", "upgrade_serial=1", "-e",
-            yaml.safe_dump({"upgrade_state_file": str(state), "rocm_rollout_render_roles": [],
-                            "rocm_rollout_boot_delay": 0, "rocm_rollout_boot_timeout": 60,
+            yaml.safe_dump({"upgrade_state_file": str(state),
+                            "image_rollout_render_roles": [{"name": r} for r in render_roles],
+                            "image_rollout_boot_delay": 0, "image_rollout_boot_timeout": 60,
                             "rocm_verify_gpus": False}, default_flow_style=True).strip(),
             *extra]
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    if roles_path:
+        env["ANSIBLE_ROLES_PATH"] = f"{roles_path}:{REPO / 'roles'}"
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -88,13 +108,19 @@ def powered(marker, timeout=10.0):
     return marker.read_text().split() if marker.exists() else []
 
 
-def test_rollout_power_cycles_verifies_and_promotes(cluster):
+def test_rollout_power_cycles_verifies_and_promotes(cluster, tmp_path):
     inventory, state, markers, _ = cluster
+    roles, record = probe_role(tmp_path)
     # This machine never booted an image: the booted-version check is what the
     # failure test exercises; here it is off.
-    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=")
+    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=",
+                   render_roles=["jy_model_probe"], roles_path=roles)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
+    # The model read the state each wave wrote: the canary alone first, then both.
+    assert record.read_text().splitlines() == [
+        "node01: junkyard.image=bookworm/v2 junkyard.image=bookworm/v1",
+        "node02: junkyard.image=bookworm/v2 junkyard.image=bookworm/v2"]
     assert "canary: node01 v1 -> v2" in out and "wave 1: node02 v1 -> v2" in out
     assert powered(markers["node01"]) == ["on"]
     assert powered(markers["node02"]) == ["on"]
@@ -123,8 +149,8 @@ def test_a_failed_canary_stops_the_rollout(cluster):
 def rollback(inventory, state, *extra):
     argv = ["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "rollback.yml"),
             "-e", "upgrade_serial=2", "-e",
-            yaml.safe_dump({"upgrade_state_file": str(state), "rocm_rollout_render_roles": [],
-                            "rocm_rollout_boot_delay": 0, "rocm_rollout_boot_timeout": 60,
+            yaml.safe_dump({"upgrade_state_file": str(state), "image_rollout_render_roles": [],
+                            "image_rollout_boot_delay": 0, "image_rollout_boot_timeout": 60,
                             "rocm_verify_gpus": False, "rocm_verify_boot_image": ""},
                            default_flow_style=True).strip(), *extra]
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
