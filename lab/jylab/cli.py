@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from . import bmc, build, host, vm
+from . import bmc, build, host, seed, vm
 from .config import LAB_DIR, Lab, LabError, load
 
 PHASES: list[tuple[str, float]] = []
@@ -202,11 +202,18 @@ def up(lab: Lab, args) -> int:
                 raise LabError(f"the package proxy did not start; see {proxy_log}")
             print(f"   127.0.0.1:{lab.proxy_port} (head: http://{vm.GUESTFWD_ADDR}:"
                   f"{lab.proxy_port})")
+        with Phase("node image seed (cached native build)"):
+            ensure_ssh_key(lab)
+            seed_tar, built = seed.ensure(lab, f"http://127.0.0.1:{lab.proxy_port}")
+            print(f"   {'built' if built else 'cached'}: {seed_tar.name} "
+                  f"({seed_tar.stat().st_size / 2**20:.0f} MiB), head disk "
+                  f"virtio-{seed.SEED_DISK_SERIAL}")
         with Phase("head VM boot (until SSH answers)"):
             ensure_ssh_key(lab)
             overlay, disks = build.make_run_disks(lab, head_dir)
             spec = vm.write_spec(lab, vm.head_spec(lab, head_dir / "vmlinuz",
-                                                   head_dir / "initrd.img", overlay, disks))
+                                                   head_dir / "initrd.img", overlay, disks,
+                                                   seed_tar))
             vm.console_log(lab, "head").parent.mkdir(parents=True, exist_ok=True)
             pid = host.spawn(vm.launcher(spec), vm.vm_dir(lab) / "head.log")
             state["pids"]["head"] = pid

@@ -41,8 +41,8 @@ class Lab:
     bmc_password: str = "labpass"
     head_nics: list[Nic] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
-    disks: int = 14
-    disk_size_mib: int = 256
+    disks: int = 15
+    disk_size_mib: int = 512
     head_mem_mib: int = 2048
     head_cpus: int = 2
     node_mem_mib: int = 1536

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import host
 from .config import LAB_DIR, Lab, Node
+from .seed import SEED_DISK_SERIAL
 
 QEMU = "qemu-system-x86_64"
 HEAD_USER_MAC = "52:54:00:77:ff:01"
@@ -58,7 +59,8 @@ def _nic(index: int, net: str, mac: str, boot: bool) -> list[str]:
     return ["-netdev", f"tap,id={net},fd=@TAP{index}@", "-device", dev]
 
 
-def head_spec(lab: Lab, kernel: Path, initrd: Path, overlay: Path, disks: list[Path]) -> dict:
+def head_spec(lab: Lab, kernel: Path, initrd: Path, overlay: Path, disks: list[Path],
+              seed: Path | None = None) -> dict:
     argv = _common(lab, "head", lab.head_mem_mib, lab.head_cpus)
     argv += [
         "-kernel", str(kernel), "-initrd", str(initrd),
@@ -70,6 +72,10 @@ def head_spec(lab: Lab, kernel: Path, initrd: Path, overlay: Path, disks: list[P
     for i, disk in enumerate(disks, 1):
         argv += ["-drive", f"file={disk},if=none,id=d{i},format=raw,cache=unsafe",
                  "-device", f"virtio-blk-pci,drive=d{i},serial=jydisk{i:02d}"]
+    if seed is not None:
+        # the node image seed (seed.py): a tar read straight from the disk
+        argv += ["-drive", f"file={seed},if=none,id=seed,format=raw,readonly=on",
+                 "-device", f"virtio-blk-pci,drive=seed,serial={SEED_DISK_SERIAL}"]
     taps = []
     for i, nic in enumerate(lab.head_nics):
         argv += _nic(i, nic.net, nic.mac, boot=False)

@@ -57,6 +57,20 @@ class LabHandle:
             capture_output=True, text=True, timeout=timeout, check=False,
             stdin=subprocess.DEVNULL)
 
+    def node_ssh(self, node: str | config.Node, command: str,
+                 timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run command as root on a node, over its management address, through the head."""
+        node = self.cfg.node(node) if isinstance(node, str) else node
+        mgmt = next(n.ip for n in node.nics if n.net == "mgmt")
+        opts = ["-i", str(self.cfg.ssh_key), "-o", "BatchMode=yes",
+                "-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
+                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=30"]
+        jump = " ".join(["ssh", "-W", "%h:%p", *opts, "-p", str(self.cfg.ssh_port),
+                         "root@127.0.0.1"])
+        return subprocess.run(["ssh", *opts, "-o", f"ProxyCommand={jump}", f"root@{mgmt}",
+                               command], capture_output=True, text=True, timeout=timeout,
+                              check=False, stdin=subprocess.DEVNULL)
+
     def ipmitool(self, node: config.Node, *args: str) -> subprocess.CompletedProcess:
         """ipmitool -I lanplus -C 3 to node's BMC on 127.0.0.1."""
         return subprocess.run(
