@@ -13,8 +13,8 @@ name: upgrade
 short_description: Plan image-version moves (upgrade canary and waves, rollback, prune)
 description:
   - C(upgrade_context(hostvars, nodes, cluster_images, state)) collects what the planner needs
-    (each node's image, the inventory pins C(node_image_version), the image state read from
-    the head); call it before any C(set_fact) of C(node_image_version).
+    (each node's image, the inventory pins C(node_image_version), and the image state; the
+    playbooks pass C(cluster_model.image_state), the state the cluster model read on the head).
   - C(upgrade_plan(ctx, image, version, canary, serial)), C(upgrade_rollback_plan(ctx, image,
     nodes, serial)), C(upgrade_prune_plan(ctx, image, versions)) return plans;
     C(upgrade_describe(plan)) the lines an operator reads.

@@ -119,3 +119,27 @@ def test_upgrade_refuses_a_render_role_the_collection_lacks(tmp_path):
                   '{"image_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
     assert proc.returncode != 0
     assert "junkyard.cluster.nope (tasks_from main) is not in this collection" in proc.stdout
+
+
+@pytest.mark.parametrize("playbook, extra", [
+    ("upgrade_rocm.yml", ["-e", "version=2026.12.1"]),
+    ("rollback.yml", []),
+    ("prune_images.yml", ["-e", "versions=2026.11.1"]),
+])
+def test_a_state_given_as_variable_is_refused(tmp_path, playbook, extra):
+    # The plan must come from the file these playbooks write back, not from a variable.
+    proc, state_file = run(playbook, tmp_path, *extra, "-e", '{"cluster_image_state": {}}',
+                           state=PROMOTED)
+    assert proc.returncode != 0
+    assert "cluster_image_state is given; it is for runs without a reachable storage head" in (
+        proc.stdout + proc.stderr)
+    assert yaml.safe_load(state_file.read_text()) == PROMOTED
+
+
+def test_an_inconsistent_state_file_is_refused_by_the_model(tmp_path):
+    state = dict(PROMOTED, nodes={"gpu03": "2026.13.1"})
+    proc, state_file = run("rollback.yml", tmp_path, state=state)
+    assert proc.returncode != 0
+    assert (f"storage01:{state_file}: nodes.gpu03 2026.13.1 is not a recorded version of "
+            "bookworm-rocm, the image of gpu03 (2026.11.1, 2026.12.1)") in " ".join(
+                proc.stdout.split())
