@@ -132,7 +132,8 @@ def ensure(lab: Lab, proxy: str) -> tuple[Path, bool]:
     cmd = [str(program) if program.exists() else "ansible-playbook",
            "-i", str(inventory), "playbooks/image_build.yml",
            "-e", json.dumps({"node_image_tree_prefix": str(tree), "node_image_seed": "",
-                             "node_image_allow_plain_dir": True, "cluster_apt_proxy": proxy})]
+                             "node_image_allow_plain_dir": True, "cluster_apt_proxy": proxy,
+                             "cluster_image_state": {}})]
     env = dict(lab.env(), PATH=f"{venv}:{os.environ.get('PATH', '')}")
     print(f"  building the node image seed natively under {tree} (log: {log}); "
           "this takes several minutes")

@@ -29,7 +29,7 @@ def test_writable_table_lab_exact():
         "* tmpfs /tmp tmp -\n"
         "* tmpfs /var/tmp var-tmp -\n"
         "* tmpfs /var/lib/dhcp var-lib-dhcp -\n"
-        "* tmpfs /var/lib/nfs var-lib-nfs -\n"
+        "* overlay /var/lib/nfs var-lib-nfs -\n"
         "* tmpfs /run/junkyard run-junkyard -\n"
         "* overlay /etc/ssh etc-ssh -\n"
         "node01 persistent /var/log 10.77.0.1:/tank/nodes/node01/var-log vers=3,tcp\n"

@@ -1,0 +1,163 @@
+"""Issue 5, "diskless boot": site.yml against the lab, and each node booted from it.
+
+One ``site.yml`` run (module fixture) builds the storage head, the image (from
+the seed, see lab/jylab/seed.py), netboot, and powers the nodes on through
+their BMCs; the tests then look at the nodes over SSH through the head.
+They run in file order: the second, idempotent ``site.yml`` run comes after
+the checks of the first boot.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import pytest
+import yaml
+from labtools import REPO, lab_cli
+
+pytestmark = pytest.mark.lab
+
+LAB_VARS = yaml.safe_load((REPO / "inventories/lab/group_vars/all/cluster.yml").read_text())
+WRITABLE = LAB_VARS["cluster_writable_paths"]
+HEAD_MGMT = "10.77.0.1"
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP of an ansible-playbook run: host -> {ok, changed, failed, ...}."""
+    out = {}
+    for line in output.split("PLAY RECAP", 1)[-1].splitlines()[1:]:
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
+
+
+def run_site(lab_log, *extra: str):
+    start = time.monotonic()
+    res = lab_cli("run", "site.yml", *extra, log=lab_log, timeout=3600)
+    sys.stderr.write(f"\n[site.yml {' '.join(extra)} took {time.monotonic() - start:.0f}s]\n")
+    return res
+
+
+@pytest.fixture(scope="module")
+def site(lab, lab_log):
+    # the nodes start powered off (lab up powered them on to test the BMCs;
+    # their firmware would retry PXE all along): site.yml powers them on
+    for node in lab.nodes:
+        assert lab.ipmitool(node, "chassis", "power", "off").returncode == 0
+        lab.wait_qemu(node, running=False, timeout=60)
+    res = run_site(lab_log)
+    if res.returncode != 0:
+        pytest.fail(f"site.yml failed (exit {res.returncode}):\n{res.stdout[-6000:]}\n"
+                    f"{res.stderr[-2000:]}")
+    return res
+
+
+def findmnt(lab, node: str, path: str) -> dict[str, str]:
+    res = lab.node_ssh(node, f"findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS --target {path}")
+    assert res.returncode == 0, f"{node}: findmnt {path}: {res.stdout}{res.stderr}"
+    line = res.stdout.strip().splitlines()[-1]
+    return dict(re.findall(r'(\w+)="([^"]*)"', line))
+
+
+def test_site_yml_boots_every_node(site):
+    hosts = recap(site.stdout)
+    for node in ("node01", "node02"):
+        assert hosts[node]["failed"] == 0 and hosts[node]["unreachable"] == 0, hosts
+    assert hosts["head"]["failed"] == 0, hosts
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_node_booted_its_own_entry(lab, site, node):
+    res = lab.node_ssh(node, "cat /proc/cmdline; hostname")
+    assert res.returncode == 0, res.stderr
+    cmdline, hostname = res.stdout.strip().splitlines()
+    assert f"junkyard.node={node}" in cmdline.split()
+    assert "junkyard.image=bookworm/v1" in cmdline.split()
+    assert hostname == node
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_root_is_the_image_over_nfs_and_read_only(lab, site, node):
+    root = findmnt(lab, node, "/")
+    assert root["FSTYPE"].startswith("nfs"), root
+    assert root["SOURCE"] == f"{HEAD_MGMT}:/tank/images/bookworm/v1", root
+    assert "ro" in root["OPTIONS"].split(","), root
+    res = lab.node_ssh(node, "touch /junkyard-probe")
+    assert res.returncode != 0
+    assert "Read-only file system" in res.stderr
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_every_writable_path_has_its_kind_and_is_writable(lab, site, node):
+    for w in WRITABLE:
+        mnt = findmnt(lab, node, w["path"])
+        assert mnt["TARGET"] == w["path"], (w, mnt)
+        kind = {"persistent": "nfs", "tmpfs": "tmpfs", "overlay": "overlay"}[w["kind"]]
+        assert mnt["FSTYPE"].startswith(kind), (w, mnt)
+        if w["kind"] == "persistent":
+            assert mnt["SOURCE"].startswith(f"{HEAD_MGMT}:/tank/nodes/{node}/"), (w, mnt)
+            assert "rw" in mnt["OPTIONS"].split(","), (w, mnt)
+        probe = f"{w['path']}/.junkyard-write-probe"
+        res = lab.node_ssh(node, f"echo {node} > {probe} && cat {probe} && rm {probe}")
+        assert res.returncode == 0 and res.stdout.strip() == node, (w, res.stderr)
+
+
+def test_a_log_written_on_a_node_lands_in_its_own_dataset(lab, site):
+    marker = f"junkyard-probe-{time.time_ns()}"
+    res = lab.node_ssh("node01", f"echo {marker} > /var/log/{marker}.log && sync")
+    assert res.returncode == 0, res.stderr
+    sources = {n: findmnt(lab, n, "/var/log")["SOURCE"].split(":", 1)[1]
+               for n in ("node01", "node02")}
+    assert sources["node01"] != sources["node02"]
+    on_head = lab.ssh(f"cat {sources['node01']}/{marker}.log; "
+                      f"ls {sources['node02']}/{marker}.log")
+    assert on_head.stdout.strip() == marker, on_head.stdout + on_head.stderr
+    assert "No such file" in on_head.stderr
+    # the node's own log files are there as well: the system logs went to it
+    listing = lab.ssh(f"ls {sources['node01']}")
+    assert "messages" in listing.stdout.split() or "syslog" in listing.stdout.split(), \
+        listing.stdout
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_openrc_reached_default_with_nothing_failed(lab, site, node):
+    res = lab.node_ssh(node, "rc-status --runlevel; rc-status --crashed; "
+                             "rc-status default")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].strip() == "default", res.stdout
+    services = [ln for ln in lines[1:] if "[" in ln]
+    assert services, res.stdout
+    bad = [ln for ln in services if "started" not in ln]
+    assert bad == [], res.stdout
+    assert "junkyard-fan" in res.stdout or "sshd" in res.stdout
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_data_interface_has_its_address_and_mtu(lab, site, node):
+    data = next(n for n in lab.cfg.node(node).nics if n.net == "data")
+    res = lab.node_ssh(node, "ip -o link; ip -o -4 addr")
+    assert res.returncode == 0, res.stderr
+    link = next(ln for ln in res.stdout.splitlines() if data.mac in ln.lower())
+    ifname = link.split(":")[1].strip()
+    assert "mtu 1500" in link and "state UP" in link, link
+    assert re.search(rf"\b{ifname}\s+inet {re.escape(data.ip)}/24\b", res.stdout), res.stdout
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_science_data_is_mounted_over_the_data_network(lab, site, node):
+    mnt = findmnt(lab, node, "/data/scratch")
+    assert mnt["TARGET"] == "/data/scratch", mnt
+    assert mnt["SOURCE"] == "10.78.0.1:/tank/data/scratch", mnt
+
+
+def test_second_site_run_changes_nothing(lab, site, lab_log):
+    res = run_site(lab_log)
+    assert res.returncode == 0, res.stdout[-6000:]
+    hosts = recap(res.stdout)
+    changed = {h: v["changed"] for h, v in hosts.items() if v.get("changed")}
+    assert changed == {}, res.stdout[-8000:]
+    assert {"head", "node01", "node02"} <= set(hosts)
