@@ -83,6 +83,9 @@ class Lab:
             ANSIBLE_CONFIG=str(self.repo / "ansible.cfg"),
             ANSIBLE_HOST_KEY_CHECKING="False",
         )
+        # per-task times at the end of every lab run (what TCG makes slow)
+        env.setdefault("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
+        env.setdefault("PROFILE_TASKS_TASK_OUTPUT_LIMIT", "25")
         return env
 
 

@@ -14,7 +14,9 @@ table=/etc/junkyard/datanet.conf
 
 depend() {
 	provide net
-	after hostname.sh
+	after hostname.sh udev kmod
+	# rpc.statd talks to rpcbind over the loopback interface
+	before rpcbind nfs-common
 }
 
 cmdline_value() { # key
@@ -42,6 +44,10 @@ data_line() { # node -> sets mac, address, mtu
 }
 
 start() {
+	# nothing else brings up the loopback interface (no ifupdown in the image)
+	ebegin "Bringing up the loopback interface"
+	ip link set dev lo up
+	eend $? || return 1
 	node=$(cmdline_value junkyard.node)
 	if [ -z "$node" ]; then
 		eerror "no junkyard.node=<name> on the kernel command line: cannot tell which node this is"
