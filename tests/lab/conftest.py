@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from labtools import LabHandle, lab_cli, lab_prerequisites
+from labtools import LabHandle, lab_cli, lab_prerequisites, run_site
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,3 +59,17 @@ def lab(lab_log):
         yield handle
     finally:
         lab_cli("down", log=lab_log)
+
+
+@pytest.fixture(scope="session")
+def site(lab, lab_log):
+    """site.yml run once against the lab, nodes starting powered off (lab up powered
+    them on to test the BMCs; their firmware would retry PXE all along)."""
+    for node in lab.nodes:
+        assert lab.ipmitool(node, "chassis", "power", "off").returncode == 0
+        lab.wait_qemu(node, running=False, timeout=60)
+    res = run_site(lab_log)
+    if res.returncode != 0:
+        pytest.fail(f"site.yml failed (exit {res.returncode}):\n{res.stdout[-6000:]}\n"
+                    f"{res.stderr[-2000:]}")
+    return res

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,21 @@ class LabHandle:
 
     def bmc_dir(self, node: config.Node) -> Path:
         return bmc.bmc_dir(self.cfg, node)
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP of an ansible-playbook run: host -> {ok, changed, failed, ...}."""
+    out = {}
+    for line in output.split("PLAY RECAP", 1)[-1].splitlines()[1:]:
+        m = re.match(r"^(\S+)\s+:\s+(ok=\d+.*)$", line.strip())
+        if m:
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
+
+
+def run_site(lab_log: Path, *extra: str) -> subprocess.CompletedProcess:
+    """site.yml against the lab (through `lab run`), its time on stderr."""
+    start = time.monotonic()
+    res = lab_cli("run", "site.yml", *extra, log=lab_log, timeout=3600)
+    sys.stderr.write(f"\n[site.yml {' '.join(extra)} took {time.monotonic() - start:.0f}s]\n")
+    return res

@@ -10,49 +10,17 @@ the checks of the first boot.
 from __future__ import annotations
 
 import re
-import sys
 import time
 
 import pytest
 import yaml
-from labtools import REPO, lab_cli
+from labtools import REPO, recap, run_site
 
 pytestmark = pytest.mark.lab
 
 LAB_VARS = yaml.safe_load((REPO / "inventories/lab/group_vars/all/cluster.yml").read_text())
 WRITABLE = LAB_VARS["cluster_writable_paths"]
 HEAD_MGMT = "10.77.0.1"
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP of an ansible-playbook run: host -> {ok, changed, failed, ...}."""
-    out = {}
-    for line in output.split("PLAY RECAP", 1)[-1].splitlines()[1:]:
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if m:
-            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
-
-
-def run_site(lab_log, *extra: str):
-    start = time.monotonic()
-    res = lab_cli("run", "site.yml", *extra, log=lab_log, timeout=3600)
-    sys.stderr.write(f"\n[site.yml {' '.join(extra)} took {time.monotonic() - start:.0f}s]\n")
-    return res
-
-
-@pytest.fixture(scope="module")
-def site(lab, lab_log):
-    # the nodes start powered off (lab up powered them on to test the BMCs;
-    # their firmware would retry PXE all along): site.yml powers them on
-    for node in lab.nodes:
-        assert lab.ipmitool(node, "chassis", "power", "off").returncode == 0
-        lab.wait_qemu(node, running=False, timeout=60)
-    res = run_site(lab_log)
-    if res.returncode != 0:
-        pytest.fail(f"site.yml failed (exit {res.returncode}):\n{res.stdout[-6000:]}\n"
-                    f"{res.stderr[-2000:]}")
-    return res
 
 
 def findmnt(lab, node: str, path: str) -> dict[str, str]:
