@@ -19,15 +19,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from labtools import LabHandle, lab_cli, lab_prerequisites, run_site
 
+# The lab tests share one lab, so their order matters: the lab's own tests
+# (a scratch pool over the virtual disks) before site.yml puts the real pool on
+# them, the diskless boot before the storage and health checks on the booted
+# nodes, and `lab down` last.
+LAB_FILE_ORDER = ["test_lab_units.py", "test_lab.py", "test_site.py", "test_storage.py",
+                  "test_health.py"]
+
 
 def pytest_collection_modifyitems(config, items):
-    """`lab down` comes right after the last other lab test, whichever file that is in."""
     here = Path(__file__).resolve().parent
-    last = [i for i in items if i.name == "test_down_leaves_nothing_behind"]
-    rest = [i for i in items if i not in last]
-    at = max((n + 1 for n, i in enumerate(rest) if here in Path(str(i.path)).parents),
-             default=len(rest))
-    items[:] = rest[:at] + last + rest[at:]
+    lab = [i for i in items if here in Path(str(i.path)).parents]
+    if not lab:
+        return
+    at = items.index(lab[0])
+    rest = [i for i in items if i not in lab]
+
+    def key(item):
+        name = Path(str(item.path)).name
+        last = item.name == "test_down_leaves_nothing_behind"
+        rank = LAB_FILE_ORDER.index(name) if name in LAB_FILE_ORDER else len(LAB_FILE_ORDER)
+        return (last, rank)
+
+    items[:] = rest[:at] + sorted(lab, key=key) + rest[at:]
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,12 @@ the checks of the first boot.
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import pytest
 import yaml
-from labtools import REPO, recap, run_site
+from labtools import REPO, lab_cli, recap, run_site
 
 pytestmark = pytest.mark.lab
 
@@ -130,3 +131,39 @@ def test_second_site_run_changes_nothing(lab, site, lab_log):
     changed = {h: v["changed"] for h, v in hosts.items() if v.get("changed")}
     assert changed == {}, res.stdout[-8000:]
     assert {"head", "node01", "node02"} <= set(hosts)
+
+
+def wait_login(lab, node: str, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if lab.node_ssh(node, "true", timeout=40).returncode == 0:
+                return
+        except subprocess.TimeoutExpired:  # ssh while the node boots
+            pass
+        time.sleep(5)
+    raise AssertionError(f"{node} did not answer SSH {timeout:.0f}s after the power cycle")
+
+
+def test_kernel_upgraded_in_the_image_boots_without_copying(lab, site, lab_log):
+    """Install another kernel in the image (the operator's way: the image playbook
+    with a kernel package set) and power-cycle node01: it boots the new kernel,
+    served from the image's /boot through the TFTP tree's bind mount."""
+    before = lab.node_ssh("node01", "uname -r").stdout.strip()
+    res = lab_cli("run", "playbooks/image.yml", "-e",
+                  '{"node_image_kernel_packages": ["linux-image-rt-amd64"]}',
+                  log=lab_log, timeout=3600)
+    assert res.returncode == 0, res.stdout[-6000:]
+    served = lab.ssh("readlink -f /srv/tftp/images/bookworm/v1/boot/vmlinuz; "
+                     "readlink /tank/images/bookworm/v1/boot/vmlinuz.old; "
+                     "findmnt -n -o SOURCE /srv/tftp/images/bookworm/v1/boot")
+    new_file, old_link, source = served.stdout.split()
+    assert new_file.endswith("-rt-amd64"), served.stdout
+    assert old_link.endswith(before), served.stdout
+    assert source == "tank/images/bookworm/v1[/boot]", served.stdout
+    assert lab.ipmitool(lab.cfg.node("node01"), "chassis", "power", "cycle").returncode == 0
+    time.sleep(10)
+    wait_login(lab, "node01")
+    after = lab.node_ssh("node01", "uname -r").stdout.strip()
+    assert after.endswith("-rt-amd64") and after != before, (before, after)
+    assert lab.node_ssh("node02", "uname -r").stdout.strip() == before
