@@ -65,7 +65,7 @@ build-test-image: setup
 	tools/build-test-image
 
 test: lint build-test-image
-	$(BIN)/pytest tests
+	tools/run-tests
 
 test-fast: setup
 	$(BIN)/pytest tests -m "not molecule and not lab"
