@@ -141,9 +141,16 @@ def test_draid_pool_over_the_virtual_disks(lab):
         assert create.stdout.startswith("labtest\tONLINE"), create.stdout
         assert "draid2:4d:12c:1s" in create.stdout
     finally:
-        destroy = lab.ssh("zpool destroy labtest; zpool list -H -o name")
+        # leave the disks blank: zpool destroy keeps the labels, and the storage
+        # layer rightly refuses disks that carry one (site.yml runs later)
+        clear = " ".join(f"zpool labelclear -f {d}-part1; wipefs -a -q {d};"
+                         for d in devs.split())
+        destroy = lab.ssh(f"zpool destroy labtest; {clear} udevadm settle; "
+                          f"zpool list -H -o name")
     assert "labtest" not in destroy.stdout
     assert destroy.returncode == 0, destroy.stderr
+    left = lab.ssh(f"wipefs --no-act {devs}")
+    assert left.stdout.strip() == "", left.stdout
 
 
 def test_status_shows_every_vm(lab, lab_log):
