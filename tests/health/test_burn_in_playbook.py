@@ -31,7 +31,9 @@ def run(tmp_path, **extra):
         playbook=str(REPO / "playbooks" / "burn_in.yml"),
         inventory=str(inventory(tmp_path) / "hosts.yml"),
         envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        # the head is never contacted: no image state to read from it
         extravars={**fixtures, "health_report_dir": str(tmp_path / "reports"),
+                   "cluster_image_state": {},
                    "burn_in_node": "node01", "burn_in_duration_s": 6,
                    "burn_in_interval_s": 2, "burn_in_memory_workers": 1,
                    "burn_in_memory_bytes": "32M", **extra},
@@ -105,7 +107,7 @@ def test_burn_in_needs_a_node(tmp_path):
         private_data_dir=str(pdd), playbook=str(REPO / "playbooks" / "burn_in.yml"),
         inventory=str(inventory(tmp_path) / "hosts.yml"),
         envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
-        extravars={"burn_in_node": "head"}, quiet=True)
+        extravars={"burn_in_node": "head", "cluster_image_state": {}}, quiet=True)
     out = r.stdout.read()
     assert r.rc != 0
     assert "Name the node to burn in with -e burn_in_node=<node>, one of the group gpu_nodes " \
