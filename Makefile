@@ -64,7 +64,7 @@ collection: setup
 build-test-image: setup
 	tools/build-test-image
 
-test: lint build-test-image
+test: setup
 	tools/run-tests
 
 test-fast: setup
