@@ -433,7 +433,8 @@ def deploy(lab: Lab, args) -> int:
         lock = host.Lock(lab.state / "lock")
         lock.acquire("up")
         try:
-            up(lab, argparse.Namespace(no_nodes=False))
+            # the nodes stay off: site.yml powers them on through their BMCs
+            up(lab, argparse.Namespace(no_nodes=True))
         finally:
             lock.release()
     cmd = [tool("ansible-playbook"), "-i", str(lab.inventory), "site.yml", *args.args]
