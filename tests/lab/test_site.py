@@ -9,6 +9,7 @@ the checks of the first boot.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -145,6 +146,10 @@ def wait_login(lab, node: str, timeout: float = 900) -> None:
     raise AssertionError(f"{node} did not answer SSH {timeout:.0f}s after the power cycle")
 
 
+# Installing a kernel under TCG takes ~6 min and the reboot ~3 more: past the
+# CI time budget until the image play gets cheaper (see the issue's note).
+@pytest.mark.skipif(not os.environ.get("JUNKYARD_LAB_EXTRA"),
+                    reason="slow: set JUNKYARD_LAB_EXTRA=1 to run it (about 11 min under TCG)")
 def test_kernel_upgraded_in_the_image_boots_without_copying(lab, site, lab_log):
     """Install another kernel in the image (the operator's way: the image playbook
     with a kernel package set) and power-cycle node01: it boots the new kernel,
