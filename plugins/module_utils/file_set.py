@@ -83,26 +83,24 @@ def parse_mode(mode) -> int:
     return value
 
 
-def resolve_user(owner) -> int | None:
-    if owner is None or owner == "":
+def _resolve_id(name, lookup, field: str, kind: str) -> int | None:
+    """A numeric id as it is, a name through ``lookup``; None when not given."""
+    if name is None or name == "":
         return None
-    if str(owner).isdigit():
-        return int(owner)
+    if str(name).isdigit():
+        return int(name)
     try:
-        return pwd.getpwnam(owner).pw_uid
+        return lookup(name)
     except KeyError:
-        raise FileSetError(f"owner {owner} is not a user of this host") from None
+        raise FileSetError(f"{field} {name} is not a {kind} of this host") from None
+
+
+def resolve_user(owner) -> int | None:
+    return _resolve_id(owner, lambda n: pwd.getpwnam(n).pw_uid, "owner", "user")
 
 
 def resolve_group(group) -> int | None:
-    if group is None or group == "":
-        return None
-    if str(group).isdigit():
-        return int(group)
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise FileSetError(f"group {group} is not a group of this host") from None
+    return _resolve_id(group, lambda n: grp.getgrnam(n).gr_gid, "group", "group")
 
 
 def check_pattern(pattern) -> str | None:
