@@ -37,18 +37,6 @@ PHASES = [
 ]
 
 
-def wait_ssh(lab: LabHandle, node: str, timeout: float) -> float | None:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        try:
-            if lab.node_ssh(node, "true", timeout=40).returncode == 0:
-                return time.monotonic()
-        except subprocess.TimeoutExpired:
-            pass
-        time.sleep(2)
-    return None
-
-
 def boot_once(lab: LabHandle, cfg: config.Lab, node: config.Node, timeout: float) -> dict:
     log = vm.console_log(cfg, node.name)
     bmc.power(cfg, node, "off")

@@ -72,6 +72,20 @@ class LabHandle:
                                command], capture_output=True, text=True, timeout=timeout,
                               check=False, stdin=subprocess.DEVNULL)
 
+    def wait_login(self, node: str | config.Node, timeout: float = 900,
+                   poll: float = 2) -> float | None:
+        """Wait until a node (power-cycled or booting) takes an SSH login; return the
+        monotonic time it did, or None after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.node_ssh(node, "true", timeout=40).returncode == 0:
+                    return time.monotonic()
+            except subprocess.TimeoutExpired:  # ssh while the node boots
+                pass
+            time.sleep(poll)
+        return None
+
     def ipmitool(self, node: config.Node, *args: str) -> subprocess.CompletedProcess:
         """ipmitool -I lanplus -C 3 to node's BMC on 127.0.0.1."""
         return subprocess.run(
