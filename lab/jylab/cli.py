@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -177,18 +178,6 @@ def up(lab: Lab, args) -> int:
     print(host.kvm_note())
     state: dict = {"netns": lab.netns, "pids": {}, "started": time.time()}
     try:
-        with Phase("head image (cached build)"):
-            head_dir, built = build.ensure_head(lab)
-            info = build.manifest(head_dir)
-            print(f"   {'built' if built else 'cached'}: {head_dir.name}, kernel "
-                  f"{info.get('kernel')}, zfs {info.get('zfs')}")
-        write_state(lab, state)
-        with Phase("network namespace and bridges"):
-            taps = {vm.tap_name("head", n.net): n.net for n in lab.head_nics}
-            for node in lab.nodes:
-                taps.update({vm.tap_name(node.name, n.net): n.net for n in node.nics})
-            host.create_netns(lab.netns, ["mgmt", "data"], taps)
-            print(f"   netns {lab.netns}: bridges mgmt, data; taps {', '.join(taps)}")
         with Phase("package proxy"):
             proxy_log = lab.state / "aptproxy.log"
             pid = host.spawn([sys.executable, "-I", str(LAB_DIR / "jylab" / "aptproxy.py"),
@@ -202,12 +191,31 @@ def up(lab: Lab, args) -> int:
                 raise LabError(f"the package proxy did not start; see {proxy_log}")
             print(f"   127.0.0.1:{lab.proxy_port} (head: http://{vm.GUESTFWD_ADDR}:"
                   f"{lab.proxy_port})")
-        with Phase("node image seed (cached native build)"):
+        # The two cached builds are independent and each spends much of its time
+        # waiting (downloads, one core of dpkg or the compiler): side by side.
+        with Phase("head image and node image seed (cached builds, side by side)"):
             ensure_ssh_key(lab)
-            seed_tar, built = seed.ensure(lab, f"http://127.0.0.1:{lab.proxy_port}")
-            print(f"   {'built' if built else 'cached'}: {seed_tar.name} "
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                seeding = pool.submit(seed.ensure, lab, f"http://127.0.0.1:{lab.proxy_port}")
+                try:
+                    head_dir, built = build.ensure_head(lab)
+                    info = build.manifest(head_dir)
+                    print(f"   head image {'built' if built else 'cached'}: {head_dir.name}, "
+                          f"kernel {info.get('kernel')}, zfs {info.get('zfs')}")
+                    seed_tar, seed_built = seeding.result()
+                except BaseException:
+                    seed.stop_all()
+                    raise
+            print(f"   seed {'built' if seed_built else 'cached'}: {seed_tar.name} "
                   f"({seed_tar.stat().st_size / 2**20:.0f} MiB), head disk "
                   f"virtio-{seed.SEED_DISK_SERIAL}")
+        write_state(lab, state)
+        with Phase("network namespace and bridges"):
+            taps = {vm.tap_name("head", n.net): n.net for n in lab.head_nics}
+            for node in lab.nodes:
+                taps.update({vm.tap_name(node.name, n.net): n.net for n in node.nics})
+            host.create_netns(lab.netns, ["mgmt", "data"], taps)
+            print(f"   netns {lab.netns}: bridges mgmt, data; taps {', '.join(taps)}")
         with Phase("head VM boot (until SSH answers)"):
             ensure_ssh_key(lab)
             overlay, disks = build.make_run_disks(lab, head_dir)

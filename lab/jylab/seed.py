@@ -13,11 +13,14 @@ in-VM run is a real re-run of the image layer, not a copy of a result.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -108,6 +111,30 @@ def _clear(tree: Path) -> None:
     shutil.rmtree(tree, ignore_errors=True)
 
 
+# The running seed builds: lab up builds the seed in a thread beside the head
+# image, and stops it through stop_all() when it gives up.
+BUILDS: set[subprocess.Popen] = set()
+STOPPED = threading.Event()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a build's process group (ansible-playbook and its workers) if it runs."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def stop_all() -> None:
+    STOPPED.set()  # a build that has not started yet does not start
+    for proc in list(BUILDS):
+        stop(proc)
+
+
 def ensure(lab: Lab, proxy: str) -> tuple[Path, bool]:
     """The cached seed tar, built if missing. Returns (path, built_now).
 
@@ -142,8 +169,16 @@ def ensure(lab: Lab, proxy: str) -> tuple[Path, bool]:
         with log.open("w") as f:
             f.write("+ " + " ".join(cmd) + "\n")
             f.flush()
-            rc = subprocess.run(cmd, cwd=lab.repo, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                check=False).returncode
+            if STOPPED.is_set():
+                raise LabError("the node image seed build was stopped (lab up gave up)")
+            proc = subprocess.Popen(cmd, cwd=lab.repo, env=env, stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            BUILDS.add(proc)
+            try:
+                rc = proc.wait()
+            finally:
+                BUILDS.discard(proc)
+                stop(proc)
         if rc != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
             raise LabError(f"building the node image seed failed (exit {rc}); log {log}:\n{tail}")
