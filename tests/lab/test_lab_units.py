@@ -190,3 +190,39 @@ def test_relay_refuses_anything_but_loopback():
     res = subprocess.run([sys.executable, str(LAB / "relay.py"), "192.0.2.1", "80"],
                          capture_output=True, timeout=10, check=False)
     assert res.returncode == 2
+
+
+def test_seed_stop_ends_the_whole_build_process_group():
+    """lab up stops a seed build it gives up on: ansible-playbook and its workers."""
+    from jylab import seed
+    proc = subprocess.Popen(["sh", "-c", "sleep 600 & echo $!; wait"], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    worker = int(proc.stdout.readline())
+    seed.stop(proc)
+    assert proc.poll() is not None
+
+    def alive() -> bool:  # a zombie left for init to reap counts as gone
+        try:
+            return Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive():
+        time.sleep(0.1)
+    assert not alive(), "the build's worker outlived the stop"
+
+
+def test_a_stopped_lab_up_starts_no_seed_build(tmp_path, monkeypatch):
+    from jylab import seed
+    monkeypatch.setenv("JUNKYARD_LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("JUNKYARD_LAB_SEED", raising=False)
+    monkeypatch.setattr(seed, "STOPPED", threading.Event())
+    lab = config.load(REPO / "inventories" / "lab")
+    lab.state_dir = tmp_path / "state"
+    lab.state_dir.mkdir()
+    seed.stop_all()
+    with pytest.raises(config.LabError, match="stopped"):
+        seed.ensure(lab, "http://127.0.0.1:9")
+    assert not list((tmp_path / "cache").glob("seed-*.tar*"))
+    assert not seed.BUILDS
