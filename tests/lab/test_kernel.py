@@ -15,7 +15,6 @@ rebooted, stays on the old one.
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -28,11 +27,6 @@ IMAGE_BOOT = "/tank/images/bookworm/v1/boot"
 SERVED_BOOT = "/srv/tftp/images/bookworm/v1/boot"
 
 
-# Opt-in until the failure seen in CI on 2026-11-30 is understood: the cloud
-# kernel installed (2:20 under TCG), then node_image's "Unmount /proc from the
-# images" failed with "target is busy" (see the issue 5 note).
-@pytest.mark.skipif(not os.environ.get("JUNKYARD_LAB_EXTRA"),
-                    reason="set JUNKYARD_LAB_EXTRA=1 to run it (about 7 min under TCG)")
 def test_kernel_upgraded_in_the_image_boots_without_copying(lab, site, lab_log):
     """Install another kernel in the image the operator's way (the image playbook
     with a kernel package set) and power-cycle node01."""
