@@ -261,6 +261,9 @@ def plan_upgrade(ctx, image, version, canary=None, wave_size=1):
                   for n in ([canary] if canary else []) + rest},
         "pinned": {n: eff[n]["version"] for n in pinned},
         "unchanged": already,
+        # a re-run after a failed verify: the nodes already on the version (moved, not
+        # promoted) are verified again, without a reboot, before any other node moves
+        "recheck": already,
     }
     plan["promote"] = version
     return plan
@@ -299,6 +302,7 @@ def plan_rollback(ctx, image, only=None, wave_size=1):
             "waves": waves(None, list(moves), wave_size),
             "moves": moves, "pinned": {n: eff[n]["version"] for n in pinned},
             "unchanged": [n for n in members if n not in moves and n not in pinned],
+            "recheck": [],
             "promote": previous if demote else None}
 
 
@@ -438,6 +442,9 @@ def describe(plan):
                      f" ({'build the new version' if plan['build'] else 'version exists'})")
     else:
         lines.append(f"{plan['image']}: rollback (current {plan['from']})")
+    if plan.get("recheck"):
+        lines.append(f"  verify again first (already on {plan['to']}, no reboot): "
+                     f"{', '.join(plan['recheck'])}")
     for i, wave in enumerate(plan["waves"]):
         label = "canary" if plan["canary"] and i == 0 else f"wave {i if plan['canary'] else i + 1}"
         moves = ", ".join(f"{n} {plan['moves'][n]['from']} -> {plan['moves'][n]['to']}"
@@ -448,7 +455,8 @@ def describe(plan):
     for node, ver in sorted(plan["pinned"].items()):
         lines.append(f"  pinned by the inventory, not moved: {node} ({ver})")
     for node in plan["unchanged"]:
-        lines.append(f"  unchanged: {node}")
+        if node not in plan.get("recheck", []):
+            lines.append(f"  unchanged: {node}")
     if plan.get("promote"):
         lines.append(f"  then {plan['promote']} becomes the current version of {plan['image']}")
     return lines

@@ -87,7 +87,21 @@ def test_resume_after_a_stopped_rollout_skips_build_and_canary():
     assert plan["build"] is False
     assert plan["canary"] is None
     assert plan["unchanged"] == ["gpu01", "gpu02"]
+    # they moved but their verify may have failed: checked again before anyone else moves
+    assert plan["recheck"] == ["gpu01", "gpu02"]
     assert plan["waves"] == [["gpu03", "gpu04"], ["gpu05", "gpu06"]]
+    assert "  verify again first (already on 2026.12.1, no reboot): gpu01, gpu02" in (
+        up.describe(plan))
+    assert not any(line.startswith("  unchanged") for line in up.describe(plan))
+
+
+def test_first_run_and_rollback_recheck_nobody():
+    plan = up.plan_upgrade(ctx(), "bookworm-rocm", "2026.12.1", wave_size=2)
+    assert plan["recheck"] == []
+    assert not any("verify again" in line for line in up.describe(plan))
+    s = state(nodes={"gpu01": "2026.12.1"},
+              versions={"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"}})
+    assert up.plan_rollback(ctx(s), "bookworm-rocm")["recheck"] == []
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -62,7 +62,7 @@ def test_upgrade_check_mode_resumes_a_stopped_rollout(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "upgrade 2026.11.1 -> 2026.12.1 (version exists)" in proc.stdout
     assert "canary:" not in proc.stdout
-    assert "unchanged: gpu01" in proc.stdout
+    assert "verify again first (already on 2026.12.1, no reboot): gpu01" in proc.stdout
     assert yaml.safe_load(state_file.read_text()) == state
 
 

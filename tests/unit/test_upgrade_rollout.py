@@ -146,6 +146,33 @@ def test_a_failed_canary_stops_the_rollout(cluster):
     assert "current version is now" not in out
 
 
+def test_a_rerun_verifies_the_stopped_canary_again_before_moving_on(cluster):
+    """The canary fails a site check; running again with the check still failing stops
+    before anyone else moves (the canary is not power-cycled again); once it passes, the
+    canary is verified again in place, the next wave moves and the version is promoted."""
+    inventory, state, markers, _ = cluster
+    check = '{"rocm_verify_commands": ["true", "test -e /nonexistent/junkyard-check"]}'
+    for attempt in range(2):
+        proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=", "-e", check)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-5000:]
+        assert ("node01: site checks failed (rocm_verify_commands): "
+                "[test -e /nonexistent/junkyard-check] exited 1") in out
+        assert ("verify again first (already on v2, no reboot): node01" in out) == (attempt == 1)
+        assert powered(markers["node01"]) == ["on"]  # cycled once, by the first run
+        assert powered(markers["node02"], timeout=2) == []
+        assert yaml.safe_load(state.read_text())["nodes"] == {"node01": "v2"}
+    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "canary:" not in out and "wave 1: node02 v1 -> v2" in out
+    assert powered(markers["node01"]) == ["on"]
+    assert powered(markers["node02"]) == ["on"]
+    final = yaml.safe_load(state.read_text())
+    assert final["images"]["bookworm"]["current"] == "v2" and final["nodes"] == {}
+    assert "current version is now v2; moved and verified: node01, node02" in out
+
+
 def rollback(inventory, state, *extra):
     argv = ["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "rollback.yml"),
             "-e", "upgrade_serial=2", "-e",
