@@ -9,7 +9,7 @@ from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 
-import upgrade_rollout  # noqa: E402
+import upgrade_rollout
 
 
 def stamp(total: float, prev: float = 0.0) -> str:
