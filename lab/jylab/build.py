@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import host
 from .config import LAB_DIR, Lab, LabError
 
 BUILD_SCRIPT = LAB_DIR / "build-head.sh"
@@ -60,8 +61,7 @@ def ensure_head(lab: Lab) -> tuple[Path, bool]:
         try:
             rc = proc.wait()
         except BaseException:
-            proc.terminate()
-            proc.wait()
+            host.stop_group(proc)  # the build runs in its own session: all of it stops
             raise
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])

@@ -132,6 +132,19 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """Stop a child started with start_new_session=True together with its whole process
+    group (a build's debootstrap, dkms or ansible workers), if it still runs."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def stop_pid(pid: int, marker: str, grace: float = 5.0) -> bool:
     """SIGTERM then SIGKILL one process, only if its command line contains marker."""
     if not alive(pid) or marker not in cmdline(pid):

@@ -13,12 +13,10 @@ in-VM run is a real re-run of the image layer, not a copy of a result.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from . import host
 from .config import REPO, Lab, LabError
 
 # Everything that shapes the image tree: the plays, the roles they run, the
@@ -119,14 +118,7 @@ STOPPED = threading.Event()
 
 def stop(proc: subprocess.Popen) -> None:
     """Stop a build's process group (ansible-playbook and its workers) if it runs."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    host.stop_group(proc)
 
 
 def stop_all() -> None:

@@ -192,13 +192,16 @@ def test_relay_refuses_anything_but_loopback():
     assert res.returncode == 2
 
 
-def test_seed_stop_ends_the_whole_build_process_group():
-    """lab up stops a seed build it gives up on: ansible-playbook and its workers."""
-    from jylab import seed
+@pytest.mark.parametrize("stopper", ["seed.stop", "host.stop_group"])
+def test_stopping_a_build_ends_its_whole_process_group(stopper):
+    """lab up stops a build it gives up on (the seed's ansible-playbook and its workers; the
+    head build's debootstrap and dkms, on failure or Ctrl-C) with its process group."""
+    from jylab import host, seed
+    stop = seed.stop if stopper == "seed.stop" else host.stop_group
     proc = subprocess.Popen(["sh", "-c", "sleep 600 & echo $!; wait"], stdout=subprocess.PIPE,
                             text=True, start_new_session=True)
     worker = int(proc.stdout.readline())
-    seed.stop(proc)
+    stop(proc)
     assert proc.poll() is not None
 
     def alive() -> bool:  # a zombie left for init to reap counts as gone
