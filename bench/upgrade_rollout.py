@@ -16,7 +16,9 @@ Two measurements, printed side by side:
 
 From both it prints the expected wall time of an upgrade with N nodes and a wave size s:
 build + (1 + ceil((N - 1) / s)) waves, each wave = render + power + boot + s x verify
-(power-on is one BMC call per node, the boots overlap, the verify runs node after node),
+(power-on is one BMC call per node, the boots overlap as they do on real servers -- on
+the lab two VMs booting at once share its two cores, which the rollback's figure shows --
+and the verify runs node after node),
 plus the planning cost measured at N.  That line is a projection from measured parts; the
 lab has only two nodes.
 
@@ -176,11 +178,13 @@ def projection(upgrade: dict, plans: dict[int, float], sizes: list[int],
     for s in serials:
         for n in sizes:
             count = 1 + math.ceil((n - 1) / s)
-            plan = plans.get(n, max(plans.values()))
+            # the planning cost measured at the smallest size that is at least n
+            at = min((m for m in plans if m >= n), default=max(plans))
+            plan = plans[at]
             total = upgrade["build"] + plan + count * (render + power + boot) \
                 + verify * n
             lines.append(f"  N={n:4d} s={s:2d}: {count:3d} waves, ~{total / 60:6.1f} min "
-                         f"(plan {plan:.0f} s measured at N={n if n in plans else max(plans)})")
+                         f"(plan {plan:.0f} s, measured at N={at})")
     return lines
 
 
