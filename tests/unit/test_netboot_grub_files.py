@@ -1,8 +1,9 @@
 """The netboot role's per-MAC GRUB files: the role's own file_set task (read from
-roles/netboot/tasks/grub.yml, run by ansible-playbook on this machine) writes files
-byte-identical to what ansible.builtin.template wrote from the same template, one
-file per node, removes files of MACs that left, keeps the rest of the directory, and
-changes nothing on a second run.  Also the template_each filter's own contract."""
+roles/netboot/tasks/grub_nodes.yml, which grub.yml and boot_entries.yml import; run by
+ansible-playbook on this machine) writes files byte-identical to what
+ansible.builtin.template wrote from the same template, one file per node, removes files
+of MACs that left, keeps the rest of the directory, and changes nothing on a second
+run.  Also the template_each filter's own contract."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ TEMPLATE = ROLE / "templates" / "tftp_root" / "grub" / "grub.cfg-01-mac.j2"
 
 def role_task():
     """The role's task that writes the per-MAC files (found by its module)."""
-    tasks = yaml.safe_load((ROLE / "tasks" / "grub.yml").read_text())
+    tasks = yaml.safe_load((ROLE / "tasks" / "grub_nodes.yml").read_text())
     found = [t for t in tasks if "junkyard.cluster.file_set" in t]
-    assert len(found) == 1, "grub.yml must write the per-MAC files with one file_set task"
+    assert len(found) == 1, "grub_nodes.yml must write the per-MAC files with one file_set task"
     return copy.deepcopy(found[0])
 
 
