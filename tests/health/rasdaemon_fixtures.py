@@ -28,7 +28,10 @@ MCE_RECORD_COLUMNS = [
     ("user_action", "TEXT"), ("mc_location", "TEXT"),
 ]
 
-# 2026-11-29 12:00:00 UTC
+# 2026-11-29 12:00:00 UTC: the reference instant of the unit tests, which pass
+# it to the code under test as ``now=``.  A test whose code reads the real
+# clock (a playbook on a node) passes ``now=time.time()`` to the builders below
+# instead, so that "two hours old" stays two hours old whatever the date.
 NOW = 1795953600.0
 HOUR = 3600
 DAY = 86400
@@ -74,14 +77,15 @@ def create_db(path: Path, mc_events=(), mce_records=()):
     return path
 
 
-def mc_event(age_s, label, kind="Corrected", count=1, mc=0, top=0, mid=0, offset_hours=0):
-    return {"timestamp": rasdaemon_ts(NOW - age_s, offset_hours), "err_count": count,
+def mc_event(age_s, label, kind="Corrected", count=1, mc=0, top=0, mid=0, offset_hours=0,
+             now=NOW):
+    return {"timestamp": rasdaemon_ts(now - age_s, offset_hours), "err_count": count,
             "err_type": kind, "err_msg": "memory read error", "label": label, "mc": mc,
             "top_layer": top, "middle_layer": mid}
 
 
-def umc_mce(age_s, channel, csrow=0, socket=0, uncorrected=False):
-    return {"timestamp": rasdaemon_ts(NOW - age_s), "socketid": socket,
+def umc_mce(age_s, channel, csrow=0, socket=0, uncorrected=False, now=NOW):
+    return {"timestamp": rasdaemon_ts(now - age_s), "socketid": socket,
             "status": STATUS_UE if uncorrected else STATUS_CE,
             "bank_name": f"Unified Memory Controller (bank={16 + channel})",
             "error_msg": "DRAM ECC error.",

@@ -14,6 +14,7 @@ import json
 import shutil
 import socket
 import sys
+import time
 
 import ansible_runner
 import yaml
@@ -77,9 +78,12 @@ def node_fixtures(tmp_path):
         ("zone_duty_percent", {"zone": "gpu-front"}, 100.0),
         ("psu_failed", {"psu": "1"}, 0.0), ("psu_failed", {"psu": "2"}, 0.0),
         ("bmc_reachable", {}, 1.0)]))
+    # the playbook judges ages against the node's real clock: events relative to now
+    now = time.time()
     db = create_db(tmp_path / "ras-mc_event.db", mc_events=[
-        mc_event(2 * HOUR, "DIMM_P0_B0", count=12), mc_event(3 * DAY, "DIMM_P0_B0", count=4)],
-        mce_records=[umc_mce(HOUR, channel=6)])
+        mc_event(2 * HOUR, "DIMM_P0_B0", count=12, now=now),
+        mc_event(3 * DAY, "DIMM_P0_B0", count=4, now=now)],
+        mce_records=[umc_mce(HOUR, channel=6, now=now)])
     edac = edac_tree(tmp_path / "edac", [(0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 0, 0),
                                          (1, 0, "DIMM_P0_B0", "csrow 0 channel 0", 12, 0)])
     return {"health_fan_metrics_path": str(fan), "health_rasdaemon_db": str(db),
