@@ -1,20 +1,42 @@
 #!/usr/bin/env python3
-"""Node boot time and the image layer's re-run time, on the running lab.
+"""Node boot time per phase on the running lab, and a boot-storm projection.
 
-Needs a lab on which site.yml has run (`make lab`).  For each node, in turn:
-power it off and on through its BMC and time, from power-on, the phases its
-serial console shows (iPXE's DHCP, GRUB, the kernel, the initramfs's writable
-mounts, OpenRC's default runlevel) and the first SSH login.  Then time a
-re-run of playbooks/image.yml (every image play through the chroot
-connection) and report its changed count.  Prints figures; asserts nothing.
+Needs a lab on which site.yml has run (`make lab`).  For each node and each
+variant, in turn: power it off and on through its BMC and time, from
+power-on, the phases its serial console shows and the first SSH login:
 
-    .venv/bin/python bench/lab_boot.py [--rounds N] [--skip-image]
+  firmware, DHCP, GRUB   power-on -> GRUB starts loading the kernel
+  kernel + initrd fetch  -> the kernel prints "Linux version"
+  kernel to init         -> init starts (sysvinit's banner, OpenRC's)
+  init to SSH            -> the first SSH login through the head
+
+Variants, measured side by side in one run:
+
+  http   the node's boot entry as site.yml wrote it (kernel and initrd over
+         HTTP, the profile's module blacklist on the command line)
+  tftp   the same file with its TFTP entry as the default and no module
+         blacklist: the boot as it was before kernels moved to HTTP (the
+         bench edits the node's GRUB file on the head and puts it back)
+
+From what each boot fetched (nginx's access log and dnsmasq's TFTP log on the
+head) it takes the bytes per node, and projects how long N nodes booting at
+once take to fetch their boot files from one head over a 1 GbE link: over
+HTTP the link is the limit; over TFTP each transfer is lock-step (one block,
+then wait for its acknowledgement), so each node's rate is block size /
+turnaround, and the link and the single dnsmasq process share out the rest.
+The turnaround and block size are assumptions (options), printed with the
+table; the lab's own network is emulated and says nothing about a real one.
+Then (unless --skip-image) it times a re-run of playbooks/image.yml.
+Prints figures; asserts nothing.
+
+    .venv/bin/python bench/lab_boot.py [--variants http,tftp] [--rounds N] [--skip-image]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -23,65 +45,210 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "lab"), str(REPO / "tests" / "lab")]
 
-from jylab import bmc, config, vm  # noqa: E402
-from labtools import LabHandle  # noqa: E402
-
-# serial-console markers, in boot order (the first match after power-on counts)
+# serial-console markers that end each phase, in boot order (the first match
+# after power-on counts); the last phase ends with the first SSH login
 PHASES = [
-    ("iPXE DHCP", re.compile(r"iPXE|net0: .*\(http://ipxe.org")),
-    ("GRUB", re.compile(r"GRUB|Booting `")),
-    ("kernel", re.compile(r"Linux version \d")),
-    ("writable paths", re.compile(r"junkyard-writable")),
-    ("OpenRC default", re.compile(r"OpenRC .* is starting up|Entering runlevel: default|"
-                                  r"\* Starting .*sshd")),
+    ("firmware, DHCP, GRUB", re.compile(r"Loading \(http,|Loading /images/")),
+    ("kernel + initrd fetch", re.compile(r"Linux version \d")),
+    ("kernel to init", re.compile(r"INIT: version|OpenRC \S+ is starting up")),
 ]
+LOGIN = "init to SSH"
+NGINX_LOG = "/var/log/nginx/junkyard-netboot.access.log"
+# nginx's combined format: address - user [time] "request" status bytes ...
+NGINX_LINE = re.compile(r'^(\S+) \S+ \S+ \[[^\]]*\] "(?:GET|HEAD) (\S+)[^"]*" (\d{3}) (\d+)')
+TFTP_SENT = re.compile(r"\bsent (\S+) to (\S+)$")
 
 
-def boot_once(lab: LabHandle, cfg: config.Lab, node: config.Node, timeout: float) -> dict:
+def phase_times(marks: dict[str, float], login: float | None) -> dict[str, float | None]:
+    """Durations of the phases from the time (after power-on) each marker was first seen;
+    a phase whose end or start was not seen is None."""
+    out: dict[str, float | None] = {}
+    start: float | None = 0.0
+    for name, _ in PHASES:
+        end = marks.get(name)
+        out[name] = end - start if end is not None and start is not None else None
+        start = end
+    out[LOGIN] = login - start if login is not None and start is not None else None
+    return out
+
+
+def http_bytes(log_text: str, client: str) -> tuple[int, list[str]]:
+    """Bytes nginx sent to ``client`` (status 200/206) and the paths, from access-log lines."""
+    total, paths = 0, []
+    for line in log_text.splitlines():
+        m = NGINX_LINE.match(line)
+        if m and m.group(1) == client and m.group(3) in ("200", "206"):
+            total += int(m.group(4))
+            paths.append(m.group(2))
+    return total, paths
+
+
+def tftp_paths(journal_text: str, client: str) -> list[str]:
+    """Files dnsmasq's TFTP server sent to ``client``, from its log lines."""
+    out = []
+    for line in journal_text.splitlines():
+        m = TFTP_SENT.search(line.strip())
+        if m and m.group(2) == client:
+            out.append(m.group(1))
+    return out
+
+
+def storm_seconds(nodes: int, http_bytes_per_node: int, tftp_bytes_per_node: int,
+                  link_bytes_s: float, blksize: int, turnaround_s: float,
+                  server_packets_s: float) -> float:
+    """Seconds until ``nodes`` nodes booting at once have fetched their boot files.
+
+    HTTP shares the link (TCP is not the limit on a LAN).  TFTP moves one block per
+    turnaround per transfer; all transfers together are limited by the link and by
+    the packets one dnsmasq process answers per second.  The two parts run one after
+    the other on each node (GRUB over TFTP, then the kernel over HTTP)."""
+    tftp = 0.0
+    if tftp_bytes_per_node:
+        blocks = -(-tftp_bytes_per_node // blksize)
+        lockstep = blocks * turnaround_s
+        link = nodes * tftp_bytes_per_node / link_bytes_s
+        server = nodes * blocks / server_packets_s
+        tftp = max(lockstep, link, server)
+    http = nodes * http_bytes_per_node / link_bytes_s
+    return tftp + http
+
+
+def boot_once(lab, cfg, node, timeout: float) -> dict:
+    from jylab import bmc, vm
+
     log = vm.console_log(cfg, node.name)
+    mgmt = next(n.ip for n in node.nics if n.net == "mgmt")
     bmc.power(cfg, node, "off")
     lab.wait_qemu(node, running=False, timeout=60)
     offset = log.stat().st_size if log.exists() else 0
+    before = lab.ssh(f"stat -c %s {NGINX_LOG} 2>/dev/null || echo 0; "
+                     "journalctl -u dnsmasq -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p'")
+    nginx_offset, cursor = [*before.stdout.split("\n"), "0", ""][:2]
     t0 = time.monotonic()
     bmc.power(cfg, node, "on")
     seen: dict[str, float] = {}
-    done = None
-    while time.monotonic() - t0 < timeout and done is None:
+    login = None
+    while time.monotonic() - t0 < timeout and login is None:
         text = log.read_bytes()[offset:].decode(errors="replace") if log.exists() else ""
         for name, rx in PHASES:
             if name not in seen and rx.search(text):
                 seen[name] = time.monotonic() - t0
-        if "OpenRC default" in seen or time.monotonic() - t0 > 60:
+        if PHASES[-1][0] in seen:
             try:
                 if lab.node_ssh(node.name, "true", timeout=40).returncode == 0:
-                    done = time.monotonic() - t0
+                    login = time.monotonic() - t0
             except subprocess.TimeoutExpired:
                 pass
-        time.sleep(1)
-    return {"phases": seen, "login": done}
+        time.sleep(0.5)
+    after = lab.ssh(f"tail -c +{int(nginx_offset or 0) + 1} {NGINX_LOG} 2>/dev/null")
+    got_http, http_files = http_bytes(after.stdout, mgmt)
+    jr = lab.ssh(f"journalctl -u dnsmasq -o cat --after-cursor={shlex.quote(cursor)}"
+                 if cursor else "journalctl -u dnsmasq -o cat -n 200")
+    sent = tftp_paths(jr.stdout, mgmt)
+    sizes = lab.ssh("stat -L -c %s " + " ".join(shlex.quote(p) for p in sent)) if sent else None
+    got_tftp = sum(int(x) for x in sizes.stdout.split()) if sizes else 0
+    return {"marks": seen, "login": login, "phases": phase_times(seen, login),
+            "http_bytes": got_http, "http_files": http_files,
+            "tftp_bytes": got_tftp, "tftp_files": sent}
+
+
+def grub_file(node) -> str:
+    mac = next(n.mac for n in node.nics if n.net == "mgmt")
+    return "/srv/tftp/grub/grub.cfg-01-" + mac.lower().replace(":", "-")
+
+
+def set_variant(lab, node, variant: str) -> None:
+    """tftp: the node's GRUB file boots its TFTP entry with no module blacklist (a copy
+    of the file as site.yml wrote it is kept beside it); http: that copy is put back."""
+    path = grub_file(node)
+    if variant == "tftp":
+        cmd = (f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
+               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' {path}")
+    else:
+        cmd = f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi"
+    res = lab.ssh(cmd)
+    if res.returncode != 0:
+        raise SystemExit(f"lab_boot: cannot set {node.name}'s GRUB file to {variant}: "
+                         f"{res.stderr.strip()}")
+
+
+def fmt(v: float | None) -> str:
+    return f"{v:6.1f}" if v is not None else "     -"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--variants", default="http,tftp",
+                    help="comma-separated: http (as deployed), tftp (before: TFTP, no blacklist)")
+    ap.add_argument("--nodes", default="", help="comma-separated node names (default: all)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-image", action="store_true")
+    ap.add_argument("--link-gbps", type=float, default=1.0)
+    ap.add_argument("--tftp-blksize", type=int, default=1024,
+                    help="TFTP block size the client asks for (GRUB: 1024)")
+    ap.add_argument("--tftp-turnaround-ms", type=float, default=0.5,
+                    help="per-block turnaround of a TFTP transfer on a real LAN (assumed)")
+    ap.add_argument("--tftp-server-pps", type=float, default=50000,
+                    help="packets per second one dnsmasq process answers (assumed)")
     args = ap.parse_args()
+
+    from jylab import config
+    from labtools import LabHandle
+
     cfg = config.load()
     lab = LabHandle(None, 0)
-    print(f"lab: {len(cfg.nodes)} nodes, {cfg.node_mem_mib} MiB, TCG")
+    wanted = [n for n in args.nodes.split(",") if n]
+    nodes = [n for n in cfg.nodes if not wanted or n.name in wanted]
+    variants = [v for v in args.variants.split(",") if v]
+    print(f"lab: {len(nodes)} nodes, {cfg.node_mem_mib} MiB each, TCG; variants {variants}")
+    names = [p[0] for p in PHASES] + [LOGIN]
+    print(f"{'variant':8} {'round':5} {'node':8} " + " ".join(f"{n[:14]:>14}" for n in names)
+          + f" {'power-on->SSH':>14} {'HTTP MB':>8} {'TFTP MB':>8}")
     rows = []
     for r in range(args.rounds):
-        for node in cfg.nodes:
-            res = boot_once(lab, cfg, node, args.timeout)
-            rows.append((r + 1, node.name, res))
-            marks = ", ".join(f"{k} {v:.0f}s" for k, v in res["phases"].items())
-            login = f"{res['login']:.0f}s" if res["login"] else "no login"
-            print(f"round {r + 1} {node.name}: power-on to login {login} ({marks})", flush=True)
-    logins = [row[2]["login"] for row in rows if row[2]["login"]]
-    if logins:
-        print(f"power-on to login: min {min(logins):.0f}s, max {max(logins):.0f}s "
-              f"over {len(logins)} boots")
+        for node in nodes:
+            for variant in variants:
+                if variant == "tftp":
+                    set_variant(lab, node, "tftp")
+                try:
+                    res = boot_once(lab, cfg, node, args.timeout)
+                finally:
+                    if variant == "tftp":
+                        set_variant(lab, node, "http")
+                rows.append((variant, res))
+                print(f"{variant:8} {r + 1:5} {node.name:8} "
+                      + " ".join(f"{fmt(res['phases'][n]):>14}" for n in names)
+                      + f" {fmt(res['login']):>14} {res['http_bytes'] / 1e6:8.1f}"
+                      f" {res['tftp_bytes'] / 1e6:8.1f}", flush=True)
+    for variant in variants:
+        mine = [res for v, res in rows if v == variant and res["login"]]
+        if not mine:
+            continue
+        logins = sorted(res["login"] for res in mine)
+        print(f"{variant}: power-on to SSH median {logins[len(logins) // 2]:.1f}s "
+              f"(min {logins[0]:.1f}, max {logins[-1]:.1f}) over {len(logins)} boots")
+
+    link = args.link_gbps * 1e9 / 8 * 0.94  # Ethernet + IP + TCP/UDP overhead
+    turnaround = args.tftp_turnaround_ms / 1000
+    measured = {v: res for v, res in rows if res["login"]}
+    if "http" in measured:
+        res = measured["http"]
+        total = res["http_bytes"] + res["tftp_bytes"]
+        print(f"\nbytes per node (measured): {total / 1e6:.1f} MB, of which "
+              f"{res['http_bytes'] / 1e6:.1f} MB over HTTP ({', '.join(res['http_files'])}) "
+              f"and {res['tftp_bytes'] / 1e6:.2f} MB over TFTP ({len(res['tftp_files'])} files)")
+        print(f"boot storm, one head, {args.link_gbps:g} GbE ({link / 1e6:.0f} MB/s of payload), "
+              f"TFTP block {args.tftp_blksize} B, turnaround {args.tftp_turnaround_ms:g} ms, "
+              f"dnsmasq {args.tftp_server_pps:.0f} packets/s (assumptions):")
+        print(f"{'nodes':>6} {'all over TFTP':>14} {'kernels over HTTP':>18} {'ratio':>6}")
+        for n in (1, 32, 600):
+            t_tftp = storm_seconds(n, 0, total, link, args.tftp_blksize, turnaround,
+                                   args.tftp_server_pps)
+            t_http = storm_seconds(n, res["http_bytes"], res["tftp_bytes"], link,
+                                   args.tftp_blksize, turnaround, args.tftp_server_pps)
+            print(f"{n:6d} {t_tftp:13.1f}s {t_http:17.1f}s {t_tftp / t_http:5.1f}x")
+
     if not args.skip_image:
         cmd = [str(REPO / "lab" / "lab"), "run", "playbooks/image.yml"]
         start = time.monotonic()

@@ -93,7 +93,7 @@ def netboot_grub_entries(nodes):
         try:
             name, boot, mac = node["name"], node["boot"], node["mgmt"]["mac"].lower()
             image, version = node["image"], node["image_version"]
-            path = boot["grub_config"]
+            path, server = boot["grub_config"], boot["server"]
         except (KeyError, TypeError, AttributeError) as exc:
             raise AnsibleFilterError(
                 f"netboot_grub_entries: nodes[{index}] lacks {exc} (is it cluster_model.nodes?)"
@@ -105,6 +105,11 @@ def netboot_grub_entries(nodes):
             raise AnsibleFilterError(f"netboot_grub_entries: nodes[{index}] ({name}) "
                                      f"grub_config {path} is also {seen[path]}'s")
         seen[path] = name
+        try:
+            ipaddress.IPv4Address(str(server))
+        except ValueError:
+            raise AnsibleFilterError(f"netboot_grub_entries: nodes[{index}] ({name}) "
+                                     f"boot.server {server} is not an IPv4 address") from None
         args = " ".join(netboot_grub_quote(w) for w in str(boot["cmdline"]).split())
         entries.append({
             "name": name,
@@ -117,6 +122,9 @@ def netboot_grub_entries(nodes):
             "initrd": boot["initrd"],
             "kernel_old": boot["kernel_old"],
             "initrd_old": boot["initrd_old"],
+            # GRUB's device for the head's HTTP server: the kernel and initrd
+            # come from there; the same paths over TFTP are the fallback
+            "http": f"(http,{server})",
             "args": args,
         })
     return sorted(entries, key=lambda e: e["path"])

@@ -41,6 +41,7 @@ VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 DATASET_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+MODULE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 VERSION_RE = upgrade_plan.VERSION_RE
 
 DEFAULT_DATASET_PROPERTIES = {"atime": "off", "compression": "lz4"}
@@ -239,8 +240,25 @@ def _check_profiles(cluster, err):
         if not isinstance(cmdline, list) or not all(isinstance(x, str) for x in cmdline):
             err.add("cluster", f"{base}.kernel_cmdline", cmdline, "must be a list of strings")
             cmdline = []
+        # Modules a diskless node of this hardware never needs (a floppy or an
+        # IDE controller it does not have, the PC speaker, virtualisation): on
+        # the kernel command line, so that neither the initramfs nor udev's
+        # coldplug loads them (kmod reads modprobe.blacklist= in both).
+        blacklist = prof.get("kernel_module_blacklist", [])
+        if not isinstance(blacklist, list):
+            err.add("cluster", f"{base}.kernel_module_blacklist", blacklist,
+                    "must be a list of module names")
+            blacklist = []
+        for mod in blacklist:
+            if not isinstance(mod, str) or not MODULE_NAME_RE.match(mod):
+                err.add("cluster", f"{base}.kernel_module_blacklist", mod,
+                        "is not a kernel module name (letters, digits, _ and -)")
+        blacklist = [m for m in blacklist if isinstance(m, str) and MODULE_NAME_RE.match(m)]
+        if blacklist:
+            cmdline = [*cmdline, "modprobe.blacklist=" + ",".join(blacklist)]
         out[pname] = {"name": pname, "gpu_count": count,
-                      "gfx_target": gpu.get("gfx_target"), "kernel_cmdline": cmdline}
+                      "gfx_target": gpu.get("gfx_target"), "kernel_cmdline": cmdline,
+                      "kernel_module_blacklist": blacklist}
     return out
 
 
@@ -665,6 +683,9 @@ def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, 
                 "initrd_old": f"/{version_dir}/boot/initrd.img.old",
                 "cmdline": " ".join(cmdline),
                 "grub_config": "grub/grub.cfg-01-" + n["mgmt"]["mac"].replace(":", "-"),
+                # the head serves the boot tree over HTTP on this address (the
+                # kernel and initrd; TFTP only for GRUB itself and its files)
+                "server": head_ip,
             },
         })
     for ds in data_sets:

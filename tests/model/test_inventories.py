@@ -156,6 +156,16 @@ def m_bad_gfx(inv):
     _gpu_profile(inv)["gpu"]["gfx_target"] = "mi100"
 
 
+def m_blacklist_string(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_module_blacklist"] = \
+        "floppy,pcspkr"
+
+
+def m_blacklist_bad_name(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_module_blacklist"] = \
+        ["floppy", "pcspkr ata_piix"]
+
+
 def m_writable_relative(inv):
     inv["cluster"]["cluster_writable_paths"].append({"path": "var/cache", "kind": "tmpfs"})
 
@@ -274,6 +284,10 @@ CASES = [
     (m_zone_gpu_twice, "cluster: cluster_hardware_profiles.quad.fan_zones[1].gpus 1 is already "
      "cooled by zone front"),
     (m_bad_gfx, "cluster: cluster_hardware_profiles.quad.gpu.gfx_target mi100 is not a gfx target"),
+    (m_blacklist_string, "cluster: cluster_hardware_profiles.lab-vm.kernel_module_blacklist "
+     "floppy,pcspkr must be a list of module names"),
+    (m_blacklist_bad_name, "cluster: cluster_hardware_profiles.lab-vm.kernel_module_blacklist "
+     "pcspkr ata_piix is not a kernel module name"),
     (m_writable_relative, "cluster: cluster_writable_paths[8].path var/cache is not an absolute "
      "path"),
     (m_writable_repeated, "cluster: cluster_writable_paths[8].path /var/log repeats "

@@ -108,6 +108,8 @@ def test_grub_entries_from_the_lab_model():
     assert e["initrd"] == "/images/bookworm/v1/boot/initrd.img"
     assert e["kernel_old"] == "/images/bookworm/v1/boot/vmlinuz.old"
     assert e["initrd_old"] == "/images/bookworm/v1/boot/initrd.img.old"
+    # the kernels come over HTTP from the head's management address
+    assert e["http"] == "(http,10.77.0.1)"
     # the model's command line, word for word (nothing in it needs quoting)
     assert e["args"] == model["nodes"][0]["boot"]["cmdline"]
     assert e["args"] == (
@@ -138,6 +140,14 @@ def test_grub_entries_refuse_two_nodes_with_one_file():
 def test_grub_entries_refuse_something_that_is_not_the_model():
     with pytest.raises(AnsibleFilterError, match=r"nodes\[0\] lacks 'boot'"):
         nb.netboot_grub_entries([{"name": "x", "mgmt": {"mac": "52:54:00:00:00:01"}}])
+
+
+def test_grub_entries_refuse_a_boot_server_that_is_not_an_address():
+    node = copy.deepcopy(lab_model()["nodes"][0])
+    node["boot"]["server"] = "10.77.0.1) (tftp"
+    with pytest.raises(AnsibleFilterError,
+                       match=r"nodes\[0\] \(node01\) boot.server .* is not an IPv4 address"):
+        nb.netboot_grub_entries([node])
 
 
 def test_grub_entries_refuse_a_bad_mac():

@@ -1,10 +1,12 @@
 #!/bin/sh
-# DHCP and TFTP client of the netboot scenario, run in a throw-away container
-# on one of the scenario's networks (busybox udhcpc and tftp).
+# DHCP, TFTP and HTTP client of the netboot scenario, run in a throw-away
+# container on one of the scenario's networks (busybox udhcpc, tftp, wget).
 #   client.sh dhcp [udhcpc -x options...]   prints the lease as key=value lines
 #                                           (exit 1: no answer)
 #   client.sh get SERVER PATH               prints the sha256 of the file
 #   client.sh put SERVER PATH               tries to write a file
+#   client.sh http SERVER PATH              prints the sha256 of the file (HTTP GET)
+#   client.sh http-post SERVER PATH         tries to send a file (HTTP POST)
 set -u
 mode=$1
 shift
@@ -34,8 +36,15 @@ SCRIPT
     echo junk >/tmp/junk
     exec timeout 15 busybox tftp -p -l /tmp/junk -r "$2" "$1"
     ;;
+  http)
+    busybox wget -q -T 15 -O /tmp/file "http://$1/$2" || exit 1
+    sha256sum /tmp/file | cut -d' ' -f1
+    ;;
+  http-post)
+    exec busybox wget -q -T 15 -O /dev/null --post-data=junk "http://$1/$2"
+    ;;
   *)
-    echo "usage: $0 dhcp|get|put ..." >&2
+    echo "usage: $0 dhcp|get|put|http|http-post ..." >&2
     exit 2
     ;;
 esac

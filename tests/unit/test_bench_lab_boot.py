@@ -1,0 +1,85 @@
+"""bench/lab_boot.py: the phases, the bytes per node and the boot-storm projection it
+prints are computed from what the head logged (a wrong parse would print wrong figures)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+import lab_boot
+
+UA = "\"-\" \"GRUB 2.06-13+deb12u1\""
+TS = "[02/Dec/2026:06:01:02 +0000]"
+BOOT = "/images/bookworm/v1/boot"
+NGINX = "".join(f'{ip} - - {TS} "GET {path} HTTP/1.1" {status} {size} {UA}\n'
+                for ip, path, status, size in [
+                    ("10.77.0.11", f"{BOOT}/vmlinuz", 200, 8123456),
+                    ("10.77.0.12", f"{BOOT}/vmlinuz", 200, 8123456),
+                    ("10.77.0.11", f"{BOOT}/initrd.img", 200, 26000000),
+                    ("10.77.0.11", f"{BOOT}/", 403, 153)])
+
+JOURNAL = """\
+DHCPACK(mgmt) 10.77.0.11 52:54:00:77:00:11 node01
+sent /srv/tftp/grub/boot.ipxe to 10.77.0.11
+sent /srv/tftp/grub/i386-pc/core.0 to 10.77.0.11
+sent /srv/tftp/grub/i386-pc/core.0 to 10.77.0.12
+sent /srv/tftp/grub/grub.cfg to 10.77.0.11
+"""
+
+
+def test_http_bytes_count_what_one_node_was_sent():
+    total, paths = lab_boot.http_bytes(NGINX, "10.77.0.11")
+    assert total == 8123456 + 26000000
+    assert paths == ["/images/bookworm/v1/boot/vmlinuz", "/images/bookworm/v1/boot/initrd.img"]
+
+
+def test_tftp_paths_of_one_node():
+    assert lab_boot.tftp_paths(JOURNAL, "10.77.0.11") == [
+        "/srv/tftp/grub/boot.ipxe", "/srv/tftp/grub/i386-pc/core.0", "/srv/tftp/grub/grub.cfg"]
+
+
+def test_phases_from_the_markers():
+    marks = {"firmware, DHCP, GRUB": 20.0, "kernel + initrd fetch": 31.5,
+             "kernel to init": 52.0}
+    assert lab_boot.phase_times(marks, 70.0) == {
+        "firmware, DHCP, GRUB": 20.0, "kernel + initrd fetch": 11.5,
+        "kernel to init": 20.5, "init to SSH": 18.0}
+
+
+def test_a_phase_not_seen_has_no_time_and_neither_has_the_next():
+    marks = {"firmware, DHCP, GRUB": 20.0, "kernel to init": 52.0}
+    times = lab_boot.phase_times(marks, None)
+    assert times["kernel + initrd fetch"] is None and times["kernel to init"] is None
+    assert times["init to SSH"] is None
+
+
+def test_the_markers_match_the_consoles_lines():
+    console = ("iPXE initialising devices...\nLoading (http,10.77.0.1)/images/bookworm/v1/boot/"
+               "vmlinuz\n[    0.000000] Linux version 6.1.0-57-amd64 (debian-kernel@lists.debian"
+               ".org)\nINIT: version 3.06 booting\n")
+    found = [name for name, rx in lab_boot.PHASES if rx.search(console)]
+    assert found == [name for name, _ in lab_boot.PHASES]
+    assert lab_boot.PHASES[0][1].search("Loading /images/bookworm/v1/boot/vmlinuz over TFTP")
+
+
+LINK = 117.5e6
+
+
+def test_one_node_over_tftp_is_lockstep_bound():
+    # 34 MB in 1024-byte blocks at 0.5 ms each: ~16.6 s, far from the link's 0.29 s
+    t = lab_boot.storm_seconds(1, 0, 34_000_000, LINK, 1024, 0.0005, 50000)
+    assert t == pytest.approx(-(-34_000_000 // 1024) * 0.0005)
+
+
+def test_many_nodes_over_http_are_link_bound_and_tftp_is_worse():
+    http = lab_boot.storm_seconds(600, 34_000_000, 60_000, LINK, 1024, 0.0005, 50000)
+    tftp = lab_boot.storm_seconds(600, 0, 34_060_000, LINK, 1024, 0.0005, 50000)
+    assert http == pytest.approx(600 * 34_000_000 / LINK + 600 * 59 / 50000)
+    # dnsmasq's packet rate caps TFTP below the link
+    assert tftp == pytest.approx(600 * -(-34_060_000 // 1024) / 50000)
+    assert tftp > http
