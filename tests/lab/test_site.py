@@ -48,6 +48,53 @@ def test_node_booted_its_own_entry(lab, site, node):
 
 
 @pytest.mark.parametrize("node", ["node01", "node02"])
+def test_kernel_and_initrd_came_over_http_from_the_management_address(lab, site, node):
+    mgmt = next(n.ip for n in lab.cfg.node(node).nics if n.net == "mgmt")
+    cmdline = lab.node_ssh(node, "cat /proc/cmdline").stdout.split()
+    # GRUB names the kernel it booted, with the device it read it from
+    assert f"BOOT_IMAGE=(http,{HEAD_MGMT})/images/bookworm/v1/boot/vmlinuz" in cmdline, cmdline
+    log = lab.ssh("cat /var/log/nginx/junkyard-netboot.access.log")
+    assert log.returncode == 0, log.stderr
+    fetched = {m.group(1): int(m.group(2)) for m in re.finditer(
+        rf'^{re.escape(mgmt)} \S+ \S+ \[[^\]]*\] "GET (\S+) HTTP/1\.[01]" 200 (\d+)',
+        log.stdout, re.M)}
+    sizes = lab.ssh("stat -L -c %s /srv/tftp/images/bookworm/v1/boot/vmlinuz "
+                    "/srv/tftp/images/bookworm/v1/boot/initrd.img").stdout.split()
+    assert fetched.get("/images/bookworm/v1/boot/vmlinuz") == int(sizes[0]), log.stdout[-3000:]
+    assert fetched.get("/images/bookworm/v1/boot/initrd.img") == int(sizes[1]), log.stdout[-3000:]
+
+
+def test_the_data_network_gets_no_dhcp_tftp_or_http_answer(lab, site):
+    data = next(n for n in lab.cfg.node("node01").nics if n.net == "data")
+    links = lab.node_ssh("node01", "ip -o link").stdout
+    ifname = next(ln for ln in links.splitlines() if data.mac in ln.lower()).split(":")[1].strip()
+    # a DHCP request on the data interface (the script does nothing with a lease)
+    dhcp = lab.node_ssh("node01", f"busybox udhcpc -i {ifname} -n -q -t 3 -T 2 -s /bin/true; "
+                                  "echo rc=$?", timeout=60)
+    assert "rc=1" in dhcp.stdout, dhcp.stdout + dhcp.stderr
+    tftp = lab.node_ssh("node01", "timeout 20 busybox tftp -g -r grub/grub.cfg -l /tmp/t "
+                                  "10.78.0.1; echo rc=$?", timeout=60)
+    assert "rc=0" not in tftp.stdout, tftp.stdout + tftp.stderr
+    http = lab.node_ssh("node01", "busybox wget -q -T 10 -O /tmp/h "
+                                  "http://10.78.0.1/grub/grub.cfg; echo rc=$?", timeout=60)
+    assert "rc=0" not in http.stdout, http.stdout + http.stderr
+    # the management address answers only the management subnet (a request
+    # from the head's data address is refused)
+    def status_from(source: str) -> str:
+        get = ("import http.client as h; c = h.HTTPConnection("
+               f"'{HEAD_MGMT}', 80, timeout=10, source_address=('{source}', 0)); "
+               "c.request('GET', '/grub/grub.cfg'); print(c.getresponse().status)")
+        res = lab.ssh(f'python3 -c "{get}"')
+        return res.stdout.strip() + res.stderr.strip()[-300:]
+
+    assert status_from("10.78.0.1") == "403"
+    assert status_from(HEAD_MGMT) == "200"
+    listeners = lab.ssh("ss -H -ltnp").stdout
+    nginx = [ln for ln in listeners.splitlines() if "nginx" in ln]
+    assert nginx and all(f" {HEAD_MGMT}:80 " in ln for ln in nginx), listeners
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
 def test_root_is_the_image_over_nfs_and_read_only(lab, site, node):
     root = findmnt(lab, node, "/")
     assert root["FSTYPE"].startswith("nfs"), root
