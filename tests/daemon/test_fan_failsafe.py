@@ -86,13 +86,34 @@ def test_missing_reading_holds_the_zone_then_fails_safe_after_the_deadline():
     assert d.zones[0].state == "ok" and fake.duties()[FRONT] == 25
 
 
-def test_out_of_range_reading_counts_as_no_reading():
+def test_implausibly_high_reading_fails_towards_cooling_at_once():
     d, fake, clock, _ = make()
     tick(d, clock)
+    assert fake.duties()[FRONT] == 25
     fake.values["GPU0_12V_I"] = Reading(value=900.0)  # no 12 V rail carries 900 A
-    tick(d, clock, 8)
+    tick(d, clock)  # one cycle, not the deadline
     assert d.zones[0].state == "failsafe"
     assert fake.duties()[FRONT] == 100
+    fake.values["GPU0_12V_I"] = Reading(value=4.0)
+    tick(d, clock)
+    assert d.zones[0].state == "ok" and fake.duties()[FRONT] == 98  # ramps down from 100
+
+
+def test_zero_current_after_load_is_no_reading():
+    d, fake, clock, _ = make()
+    for g in (4, 5, 6, 7):
+        fake.values[f"GPU{g}_12V_I"] = Reading(value=22.0)
+    tick(d, clock)
+    loaded = fake.duties()[REAR]
+    assert loaded > 90
+    for g in (4, 5, 6, 7):
+        fake.values[f"GPU{g}_12V_I"] = Reading(value=0.0)  # the sensors dropped out
+    seen = []
+    for _ in range(8):
+        tick(d, clock)
+        seen.append(fake.duties()[REAR])
+    assert min(seen) >= loaded  # never taken as "idle"
+    assert d.zones[1].state == "failsafe" and seen[-1] == 100
     assert d.bmc.errors[("read", "invalid_reading")] > 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from junkyard_fan.ipmi import (
     BmcNoAnswer,
+    RawRequest,
     Reading,
     SensorInfo,
     decode_sensor_reading,
@@ -106,7 +107,7 @@ def test_freeipmi_renumbered_sdr_is_never_misread(tmp_path):
     cfg = config(bmc={"access": "inband", "cache_dir": str(tmp_path)})
     out = "2,GPU0_12V_I,Current,4.00,A,0000h\n3,GPU1_TEMP,Temperature,40.00,C,0000h\n"
 
-    def run(argv, timeout, env=None):
+    def run(argv, timeout, env=None, **_kw):
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     t = FreeIpmiTransport(cfg.bmc, cfg.timings, run=run)
@@ -116,7 +117,8 @@ def test_freeipmi_renumbered_sdr_is_never_misread(tmp_path):
 
 
 def test_inband_and_lan_arguments_keep_the_password_off_the_command_line(tmp_path):
-    import stat
+    import os
+    import subprocess
 
     from fan_fixtures import config, raw_config
     from junkyard_fan.config import parse_config
@@ -134,12 +136,23 @@ def test_inband_and_lan_arguments_keep_the_password_off_the_command_line(tmp_pat
                                        "username": "admin", "password_env": "PW",
                                        "cache_dir": str(tmp_path / "b")}),
                        env={"PW": "hunter2"})
-    f = FreeIpmiTransport(lan.bmc, lan.timings)
-    assert "hunter2" not in " ".join(f.base)
-    conf = tmp_path / "b" / "freeipmi" / "freeipmi.conf"
-    assert "password hunter2" in conf.read_text()
-    assert stat.S_IMODE(conf.stat().st_mode) == 0o600
-    assert stat.S_IMODE(conf.parent.stat().st_mode) == 0o700
+    seen = {}
+
+    def run(argv, timeout, env=None, input=None, pass_fds=()):
+        seen["argv"] = argv
+        (fd,) = pass_fds
+        assert f"--config-file=/dev/fd/{fd}" in argv
+        seen["conf"] = os.read(fd, 4096).decode()
+        seen["input"] = input
+        return subprocess.CompletedProcess(argv, 0, "rcvd: 10 00\n", "")
+
+    f = FreeIpmiTransport(lan.bmc, lan.timings, run=run)
+    assert f.raw([RawRequest(0x30, 0x70, b"\x01")]) == [(0, b"")]
+    # The password reaches freeipmi through a pipe: not argv, not a file.
+    assert "hunter2" not in " ".join(seen["argv"])
+    assert seen["conf"] == "username admin\npassword hunter2\n"
+    assert seen["input"] == "00 30 70 01\n"  # the batch on standard input
+    assert not (tmp_path / "b").exists()  # nothing written to disk
     t = IpmitoolTransport(lan.bmc, lan.timings)
     assert "hunter2" not in " ".join(t.base) and "-E" in t.base
     assert t.env["IPMI_PASSWORD"] == "hunter2"

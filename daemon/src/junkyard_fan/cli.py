@@ -18,6 +18,7 @@ from .powerguard import psu_failed
 DEFAULT_CONFIG = Path("/etc/junkyard-fan/config.yml")
 EXIT_CONFIG = 2
 EXIT_BMC = 3
+EXIT_ERROR = 1
 
 
 def _raise_shutdown(signum: int, _frame: object) -> None:
@@ -104,13 +105,34 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("junkyard_fan")
-    daemon = Daemon(cfg, Bmc(cfg.bmc, cfg.timings))
-
-    if not (args.once or args.check):
+    changes = not (args.once or args.check)  # only the daemon itself touches the fans
+    if changes:
         # From here on a signal leaves the loop through the fail-safe.
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, _raise_shutdown)
-    changes = not (args.once or args.check)  # only the daemon itself touches the fans
+    daemon: Daemon | None = None
+    try:
+        daemon = Daemon(cfg, Bmc(cfg.bmc, cfg.timings))
+        return _serve(args, cfg, daemon, changes, log)
+    except Shutdown as sig:
+        if changes and daemon is not None and not daemon.ended_safe:
+            daemon.failsafe(f"signal {sig.signum}")
+        log.info("stopped by signal %d", sig.signum)
+        return 0
+    except BaseException as err:
+        # Any error, anywhere: the fans go to 100 % before the process ends
+        # (run() has done so already for errors inside the loop).
+        if changes and daemon is not None and not daemon.ended_safe:
+            log.exception("unhandled error")
+            daemon.failsafe(f"unhandled error {type(err).__name__}: {err}")
+        if isinstance(err, Exception):
+            log.critical("ending on an unhandled error: %s: %s", type(err).__name__, err)
+            return EXIT_ERROR
+        raise
+
+
+def _serve(args: argparse.Namespace, cfg: Config, daemon: Daemon, changes: bool,
+           log: logging.Logger) -> int:
     try:
         daemon.setup(touch_fans=changes)
     except ConfigError as err:
@@ -118,9 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         if changes:
             daemon.failsafe("the configuration does not match the BMC")
         return EXIT_CONFIG
-    except Shutdown as sig:
-        daemon.failsafe(f"signal {sig.signum} during start-up")
-        return 0
     except BmcError as err:
         log.error("cannot read the BMC's sensor list: %s", err)
         if changes:
@@ -128,10 +147,6 @@ def main(argv: list[str] | None = None) -> int:
             # supervisor restart us.
             daemon.failsafe(f"BMC unusable at start ({err})")
         return EXIT_BMC
-    except BaseException as err:
-        if changes:
-            daemon.failsafe(f"unhandled error during start-up: {err!r}")
-        raise
     if args.check:
         print(f"{args.config}: configuration and sensors OK")
         return 0
@@ -144,12 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log.info("regulating %d zones every %g s via %s (%s)", len(daemon.zones),
              cfg.timings.interval, cfg.bmc.tool, cfg.bmc.access)
-    try:
-        daemon.run(sleep=time.sleep)
-    except Shutdown as sig:
-        log.info("stopped by signal %d", sig.signum)
-        return 0
-    return 1  # run() only returns through an exception; unhandled ones propagate
+    daemon.run(sleep=time.sleep)
+    return EXIT_ERROR  # run() only returns through an exception
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ class BmcAccess:
     workarounds: tuple[str, ...]
     cache_dir: Path
     device: str | None
-    retransmit_timeout: float = 0.25
+    retransmit_timeout: float | None = None  # None: adapted to the BMC ("auto")
 
 
 @dataclass(frozen=True)
@@ -472,10 +472,15 @@ def _gpu_law(v: _V, raw: Any, max_power: float) -> GpuLaw | None:
     return GpuLaw(**law)
 
 
+DUTY_FLOOR_MIN = 10
+
+
 def _common_law(v: _V, m: dict[str, Any], k: str, floor: float, temp_limit: float
                 ) -> dict[str, Any]:
     out = dict(
-        duty_floor=v.number(m, k, "duty_floor", floor, minimum=0, maximum=100),
+        # 0 % stops the fans (and some BMCs take it as "automatic"); below
+        # about 10 % most fans stall.
+        duty_floor=v.number(m, k, "duty_floor", floor, minimum=DUTY_FLOOR_MIN, maximum=100),
         duty_ceiling=v.number(m, k, "duty_ceiling", 100, minimum=1, maximum=100),
         ramp_up=v.number(m, k, "ramp_up", 50, positive=True),
         ramp_down=v.number(m, k, "ramp_down", 2, positive=True),
@@ -536,6 +541,11 @@ def _timings(v: _V, raw: Any) -> Timings | None:
     if t["deadline"] < t["interval"]:
         v.err(f"{k}.deadline", f"must be at least {k}.interval ({t['interval']})")
         return None
+    if t["stale_after"] > t["deadline"]:
+        # A reading that counts for longer than the deadline would keep a zone
+        # regulating on a sensor that is gone, past the point of failing safe.
+        v.err(f"{k}.stale_after", f"must not exceed {k}.deadline ({t['deadline']})")
+        return None
     return Timings(**{n: float(x) if n != "retries" else x for n, x in t.items()})
 
 
@@ -555,7 +565,11 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
         workarounds = []
     cache_dir = Path(str(v.get(m, k, "cache_dir", "/var/cache/junkyard-fan")))
     device = v.get(m, k, "device", None)
-    retransmit = v.number(m, k, "retransmit_timeout", 0.25, positive=True)
+    retransmit: Any = m.get("retransmit_timeout", "auto")
+    if retransmit == "auto" or retransmit is None:
+        retransmit = "auto"
+    else:
+        retransmit = v.number(m, k, "retransmit_timeout", positive=True)
     host = username = password = source = None
     if access == "lan":
         host = v.get(m, k, "host")
@@ -591,7 +605,8 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
     return BmcAccess(access=access, tool=tool, host=host, port=port, username=username,
                      password=password, password_source=source, cipher_suite=cipher,
                      privilege=privilege, workarounds=tuple(workarounds), cache_dir=cache_dir,
-                     device=device, retransmit_timeout=float(retransmit))
+                     device=device,
+                     retransmit_timeout=None if retransmit == "auto" else float(retransmit))
 
 
 DEFAULT_CAP_COMMAND = ["rocm-smi", "--setpoweroverdrive", "{watts}", "--autorespond", "y"]
@@ -675,9 +690,12 @@ def parse_config(raw: Any, *, env: dict[str, str] | None = None,
 
 def load_config(path: Path, env: dict[str, str] | None = None) -> Config:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as err:
         raise ConfigError([f"{path}: cannot read: {err.strerror}"]) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at "
+                           f"offset {err.start})"]) from err
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:

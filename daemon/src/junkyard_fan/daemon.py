@@ -27,13 +27,28 @@ from dataclasses import dataclass, field
 from . import metrics
 from .config import Config, ConfigError, FanZone, SensorRef
 from .control import FULL, CpuZoneController, GpuZoneController, ZoneController
-from .ipmi import Bmc, BmcError, BmcNoAnswer, RawRequest, Reading, SensorInfo
+from .ipmi import (
+    Bmc,
+    BmcError,
+    BmcLocalError,
+    BmcNoAnswer,
+    RawRequest,
+    Reading,
+    SensorInfo,
+)
 from .powerguard import PowerGuard
 
 log = logging.getLogger("junkyard_fan")
 
 CURRENT_MAX_A = 250.0  # anything above this from a 12 V GPU rail is a bad reading
 TEMP_RANGE_C = (-20.0, 150.0)
+# A powered GPU never draws less than this share of its limit (an MI100 idles
+# at ~40 W of 300 W): a current below it (0 A under load: a sensor that
+# dropped out) is no reading, so the zone holds, then fails safe.
+GPU_POWER_MIN_SHARE = 0.05
+# More than this many times its limit is no GPU's power: a broken sensor that
+# may be telling the truth about heat. The zone goes to 100 % (towards cooling).
+GPU_POWER_MAX_FACTOR = 2.0
 
 
 class Shutdown(BaseException):
@@ -51,6 +66,7 @@ class SensorState:
     value: float | None = None
     states: int | None = None
     at: float | None = None  # monotonic time of the last valid reading
+    high: bool = False  # the last reading was implausibly high: fail towards cooling
 
     def fresh(self, now: float, stale_after: float) -> bool:
         return self.at is not None and now - self.at <= stale_after
@@ -65,6 +81,7 @@ class ZoneState:
     state: str = "starting"
     duty: float | None = None
     written: int | None = None  # byte last acknowledged by the BMC
+    logged_state: str = "starting"  # the state (with its reason) last logged
 
 
 class Daemon:
@@ -81,6 +98,8 @@ class Daemon:
         self.last_write = -1e9
         self.cycles = 0
         self.last_cycle_s = 0.0
+        self.local_write_error_since: float | None = None
+        self.ended_safe = False  # the exit fail-safe ran (or is running)
         self._logged: dict[str, str] = {}
 
     # ------------------------------------------------------------- set up
@@ -150,16 +169,27 @@ class Daemon:
             self._logged[key] = value
             log.log(level, msg, *args)
 
+    def plausibility(self, role: str, r: Reading) -> str:
+        """``ok``, ``high`` (implausibly high: towards cooling), or ``none`` (no reading)."""
+        if role == "psu":
+            return "ok" if r.states is not None else "none"
+        if r.value is None:
+            return "none"
+        if role == "current":
+            p = self.cfg.profile
+            watts = r.value * p.current_calibration * p.supply_voltage
+            if r.value > CURRENT_MAX_A or watts > GPU_POWER_MAX_FACTOR * p.gpu_max_power_w:
+                return "high"
+            if r.value < 0 or watts < GPU_POWER_MIN_SHARE * p.gpu_max_power_w:
+                return "none"
+            return "ok"
+        if r.value > TEMP_RANGE_C[1]:
+            return "high"
+        return "ok" if r.value >= TEMP_RANGE_C[0] else "none"
+
     def valid(self, info: SensorInfo, r: Reading) -> bool:
         st = next((s for s in self.sensors.values() if s.info == info), None)
-        role = st.role if st else "psu"
-        if role == "psu":
-            return r.states is not None
-        if r.value is None:
-            return False
-        if role == "current":
-            return 0.0 <= r.value <= CURRENT_MAX_A
-        return TEMP_RANGE_C[0] <= r.value <= TEMP_RANGE_C[1]
+        return self.plausibility(st.role if st else "psu", r) != "none"
 
     def gpu_power_w(self, key: str) -> float:
         p = self.cfg.profile
@@ -188,10 +218,21 @@ class Daemon:
         self._once("bmc", "ok", logging.INFO, "BMC answers")
         if getattr(self.bmc.transport, "sdr_changed", False):
             self.rediscover()
+        # A reading is as old as the read that brought it: a slow BMC's read
+        # may take seconds, and its readings must not arrive stale.
+        at = max(now, self.clock())
         for st in self.sensors.values():
             r = got.get(st.info.name)
             if r is not None:
-                st.value, st.states, st.at = r.value, r.states, now
+                st.value, st.states, st.at = r.value, r.states, at
+                high = self.plausibility(st.role, r) == "high"
+                if high != st.high:
+                    self._once(f"high:{st.info.name}", str(high),
+                               logging.ERROR if high else logging.INFO,
+                               "%s reads %s: %s", st.info.name, r.value,
+                               "implausibly high, its zone goes to 100 %" if high
+                               else "plausible again")
+                st.high = high
         return True
 
     def decide(self, now: float) -> None:
@@ -201,6 +242,11 @@ class Daemon:
             ctl = zs.controller
             if self.need_full:
                 state, duty = "bmc_lost", FULL
+                ctl.out.force(FULL, now)
+            elif fresh and any(self.sensors[k].high for k in zs.sensors):
+                # A reading no GPU or CPU can produce: believe the heat, not the law.
+                zs.last_input = min(self.sensors[k].at or now for k in zs.sensors)
+                state, duty = "failsafe", FULL
                 ctl.out.force(FULL, now)
             elif fresh:
                 # The zone's input is as old as its oldest reading.
@@ -225,17 +271,20 @@ class Daemon:
                 if duty is not None:
                     ctl.out.force(duty, now)  # hold: never lower without input
             zs.duty = duty
-            if state != zs.state:
+            state_key = "failsafe_high" if state == "failsafe" and fresh else state
+            if state_key != zs.logged_state:
+                zs.logged_state = state_key
                 level = logging.INFO if state == "ok" else logging.WARNING
                 why = {
                     "ok": "regulating",
                     "override": f"temperature limit reached: {FULL:.0f} %",
                     "hold": "no valid input: holding the duty",
                     "failsafe": f"no valid input for {t.deadline:g} s: {FULL:.0f} %",
+                    "failsafe_high": f"implausibly high reading: {FULL:.0f} %",
                     "bmc_lost": f"BMC lost: {FULL:.0f} % as soon as it answers",
-                }[state]
+                }[state_key]
                 log.log(level, "zone %s: %s", zs.zone.name, why)
-                zs.state = state
+            zs.state = state
 
     def write(self, now: float) -> None:
         """Send the zones whose duty changed (or all, when a refresh is due)."""
@@ -260,7 +309,16 @@ class Daemon:
             self._once("write", "failed", logging.ERROR, "fan commands not delivered: %s", err)
             for zs in todo:
                 zs.written = None
+            if isinstance(err, BmcLocalError):
+                # Not the BMC: this process cannot send. Past the deadline, end
+                # through the fail-safe (its other way) and let the supervisor
+                # start a fresh process.
+                if self.local_write_error_since is None:
+                    self.local_write_error_since = now
+                elif now - self.local_write_error_since > self.cfg.timings.deadline:
+                    raise RuntimeError(f"fan commands cannot be sent: {err}") from err
             return
+        self.local_write_error_since = None
         for zs, good in zip(todo, ok, strict=True):
             assert zs.duty is not None
             zs.written = self._byte(zs.duty) if good else None
@@ -299,24 +357,51 @@ class Daemon:
 
     # ----------------------------------------------------------- fail-safe
     def failsafe(self, reason: str) -> bool:
-        """Set every zone to 100 %, trying until ``exit_budget`` runs out."""
+        """Set every zone to 100 %, trying until ``exit_budget`` runs out.
+
+        Any error is survived here, not only the BMC's: tries alternate
+        between the batch the loop uses and one request per call with its
+        bytes on the command line (no standard input, no file), so a broken
+        batch path or a full ``/run`` does not leave the fans where they were.
+        """
+        self.ended_safe = True
         log.warning("%s: setting every fan zone to 100 %%", reason)
         p = self.cfg.profile
+        zones = list(p.fan_zones)
         reqs = [RawRequest(*p.set_duty.render(fan_id=z.fan_id, duty=self._byte(FULL)))
-                for z in p.fan_zones]
+                for z in zones]
+        done = [False] * len(reqs)
         deadline = self.clock() + self.cfg.timings.exit_budget
+        attempt = 0
         while True:
+            todo = [i for i, ok in enumerate(done) if not ok]
             try:
-                if all(self.bmc.raw(reqs, op="failsafe")):
-                    for zs in self.zones:
-                        zs.duty, zs.written = FULL, self._byte(FULL)
-                    log.warning("every fan zone is at 100 %")
-                    return True
-            except BmcError as err:
-                log.error("fail-safe write failed: %s", err)
+                if attempt % 2 == 0:
+                    for i, ok in zip(todo, self.bmc.raw([reqs[i] for i in todo], op="failsafe"),
+                                     strict=True):
+                        done[i] = done[i] or ok
+                else:
+                    for i in todo:
+                        self.bmc.tries["failsafe"] += 1
+                        ans = self.bmc.transport.raw_one(reqs[i])
+                        done[i] = ans is not None and ans[0] == 0
+            except Exception as err:  # the fail-safe outlives every error
+                kind = err.kind if isinstance(err, BmcError) else "local"
+                if not isinstance(err, BmcError) or attempt % 2:
+                    self.bmc.errors[("failsafe", kind)] += 1
+                log.error("fail-safe write failed (%s): %s: %s",
+                          "batch" if attempt % 2 == 0 else "one by one",
+                          type(err).__name__, err)
+            attempt += 1
+            if all(done):
+                for zs in self.zones:
+                    zs.duty, zs.written = FULL, self._byte(FULL)
+                log.warning("every fan zone is at 100 %")
+                return True
             if self.clock() >= deadline:
-                log.critical("could not set the fans to 100 %% within %g s",
-                             self.cfg.timings.exit_budget)
+                log.critical("could not set the fans of %s to 100 %% within %g s",
+                             ", ".join(z.name for z, ok in zip(zones, done, strict=True)
+                                       if not ok), self.cfg.timings.exit_budget)
                 return False
             time.sleep(0.2)
 
@@ -333,6 +418,7 @@ class Daemon:
             raise
         except BaseException as err:
             reason = f"unhandled error {type(err).__name__}: {err}"
+            log.exception("unhandled error in the control loop")
             raise
         finally:
             self.failsafe(reason)
