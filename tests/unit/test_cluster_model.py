@@ -60,6 +60,24 @@ def test_lab_model_derives_boot_entries_and_least_privilege_exports():
     assert names["tank/data/scratch"] == {"recordsize": "1M"}
 
 
+def test_boot_server_and_module_blacklist_reach_the_boot_entry():
+    data = lab_data()
+    data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_module_blacklist"] = [
+        "floppy", "pcspkr"]
+    model, errors = build_model(data)
+    assert errors == []
+    boot = model["nodes"][0]["boot"]
+    assert boot["server"] == "10.77.0.1"
+    words = boot["cmdline"].split()
+    # the profile's own arguments, then the blacklist, once
+    assert words[-1] == "modprobe.blacklist=floppy,pcspkr"
+    assert sum(w.startswith("modprobe.blacklist=") for w in words) == 1
+    del data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_module_blacklist"]
+    model, _ = build_model(data)
+    assert not any(w.startswith("modprobe.blacklist=")
+                   for w in model["nodes"][0]["boot"]["cmdline"].split())
+
+
 def test_adding_a_node_adds_only_its_own_data():
     data = lab_data()
     before, _ = build_model(data)
