@@ -9,20 +9,14 @@ reads the simulator saw.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-from fan_fixtures import G292_Z20
-
-from bmc_sim.simctl import BmcSim, OemRecord
+from bmc_helpers import duty, sensor_reads, settled, wait_for, write_config
 
 pytestmark = [
     pytest.mark.bmc,
@@ -30,116 +24,9 @@ pytestmark = [
                        reason="needs ipmi_sim (openipmi) and freeipmi-tools"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 FRONT, REAR, CPU = 1, 2, 0
 GPU0_CURRENT_SENSOR = 0x01
 PSU2_SENSOR = 0x42
-
-
-@pytest.fixture
-def sim(tmp_path):
-    bmc = BmcSim(tmp_path / "bmc")
-    bmc.start()
-    bmc.set_faults(log_all=True)  # log every request: lets tests count cycles
-    yield bmc
-    bmc.stop()
-
-
-def write_config(tmp_path: Path, sim: BmcSim, *, tool: str = "freeipmi",
-                 calibration: float = 1.0, **sections) -> Path:
-    recorder = tmp_path / "powercap"
-    recorder.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "powercap.log"}\n')
-    recorder.chmod(0o755)
-    profile = yaml.safe_load(yaml.safe_dump(G292_Z20))
-    profile["bmc"]["current_calibration"] = calibration
-    cfg = {
-        "profile": profile,
-        "bmc": {"access": "lan", "tool": tool, "host": sim.host, "port": sim.port,
-                "username": sim.options.user, "password_file": str(sim.password_file),
-                "workarounds": ["opensesspriv"], "cache_dir": str(tmp_path / "cache"),
-                "retransmit_timeout": 0.05},
-        "timings": {"interval": 1, "bmc_timeout": 4, "stale_after": 3, "deadline": 4,
-                    "rewrite_every": 60, "exit_budget": 10},
-        "power_guard": {"command": [str(recorder), "cap", "{watts}"],
-                        "reset_command": [str(recorder), "reset"], "lift_after": 0,
-                        "non_gpu_power_w": 500},
-        "metrics": {"textfile": str(tmp_path / "fan.prom")},
-        "log_level": "debug",
-    }
-    cfg.update(sections)
-    path = tmp_path / "fan.yml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-class DaemonProc:
-    def __init__(self, config: Path, *args: str) -> None:
-        self.log = config.with_suffix(".log")
-        env = dict(os.environ, PYTHONPATH=str(REPO / "daemon" / "src"))
-        self.out = open(self.log, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "junkyard_fan", "-c", str(config),
-                                      *args], env=env, stdout=self.out, stderr=subprocess.STDOUT)
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout=30)
-        finally:
-            self.out.close()
-        return rc
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-
-@pytest.fixture
-def run_daemon():
-    procs: list[DaemonProc] = []
-
-    def start(config: Path, *args: str) -> DaemonProc:
-        p = DaemonProc(config, *args)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        if p.proc.poll() is None:
-            p.stop(signal.SIGKILL)
-        else:
-            p.out.close()
-
-
-def duty(rec: OemRecord) -> tuple[int, int]:
-    """(fan_id, duty byte) of a Gigabyte set_duty command."""
-    assert rec.netfn == 0x2E and rec.cmd == 0x10 and rec.data[:3] == (0x0A, 0x3C, 0x00)
-    return rec.data[3], rec.data[5]
-
-
-def wait_for(pred, timeout: float, what: str, daemon: DaemonProc | None = None):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        if daemon is not None and daemon.proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    log = daemon.text()[-4000:] if daemon else ""
-    pytest.fail(f"timed out waiting for {what}\n--- daemon log ---\n{log}")
-
-
-def settled(sim: BmcSim, since: float = 0.0) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for rec in sim.fan_commands(since):
-        fan, d = duty(rec)
-        out[fan] = d
-    return out if len(out) == 3 else {}
-
-
-def sensor_reads(sim: BmcSim, number: int, since: float) -> list[OemRecord]:
-    return [r for r in sim.oem_log(since) if r.kind == "req" and r.netfn == 0x04
-            and r.cmd == 0x2D and r.data == (number,) and r.result == "ok"]
 
 
 def test_current_step_moves_its_zone_within_one_cycle_and_not_the_other(

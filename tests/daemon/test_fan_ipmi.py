@@ -156,3 +156,57 @@ def test_inband_and_lan_arguments_keep_the_password_off_the_command_line(tmp_pat
     t = IpmitoolTransport(lan.bmc, lan.timings)
     assert "hunter2" not in " ".join(t.base) and "-E" in t.base
     assert t.env["IPMI_PASSWORD"] == "hunter2"
+
+
+def test_retransmission_timeout_follows_the_bmc():
+    from junkyard_fan.ipmi import Retransmit
+
+    r = Retransmit(None, minimum=0.05, maximum=0.66, start=0.2)
+    r.done(0.02, 20)  # 1 ms per request: a fast BMC
+    assert r.value == 0.05
+    for _ in range(3):
+        r.done(2.2, 21)  # two of three dropped: ~2 timeouts per request, shortest stays
+    assert r.value == 0.05
+    r.overran()  # a slow BMC: the read overran its limit
+    r.overran()
+    assert r.value == 0.2
+    r.done(3.3, 21)  # 157 ms per request, below the timeout: twice that
+    assert r.value == pytest.approx(0.314, abs=0.001)
+    r.done(3.3, 21)
+    assert r.value == pytest.approx(0.314, abs=0.001)  # stable above the BMC's pace
+    r = Retransmit(None, minimum=0.05, maximum=0.66, start=0.4)
+    r.done(17.0, 21)  # drops at 400 ms: 0.8 s per request
+    assert r.value == 0.2  # try shorter
+    r.done(8.6, 21)
+    assert r.value == 0.1
+    r.done(9.0, 21)  # shorter was slower: back, and stay
+    assert r.value == 0.2
+    r.done(8.6, 21)
+    assert r.value == 0.2
+    assert Retransmit(0.25, minimum=0.05, maximum=0.66, start=0.2).value == 0.25  # fixed
+
+
+def test_inband_call_limit_fits_a_bmc_answering_in_150_ms(tmp_path):
+    """In-band at the default timings: 19 sensors at 150 ms each fit the call limit."""
+    import subprocess
+
+    from fan_fixtures import config
+    from junkyard_fan.ipmi import Bmc, FreeIpmiTransport
+
+    cfg = config(bmc={"access": "inband", "cache_dir": str(tmp_path)})
+    sensors = [SensorInfo(f"S{i}", i + 1, i + 2, False) for i in range(19)]
+    calls = []
+
+    def run(argv, timeout, env=None, **_kw):
+        ids = next(a for i, a in enumerate(argv) if argv[i - 1] == "-r").split(",")
+        needed = (len(ids) + 2) * 0.150  # each request, the SDR check and the close
+        calls.append((needed, timeout))
+        if needed > timeout:
+            raise BmcNoAnswer(f"no answer within {timeout} s")
+        out = "".join(f"{i},S{int(i) - 2},Current,4.00,A,0000h\n" for i in ids)
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    bmc = Bmc(cfg.bmc, cfg.timings, transport=FreeIpmiTransport(cfg.bmc, cfg.timings, run=run))
+    got = bmc.read(sensors, lambda _i, r: r.value is not None)
+    assert len(got) == 19
+    assert calls[0][1] >= calls[0][0]

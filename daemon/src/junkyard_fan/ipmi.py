@@ -167,9 +167,9 @@ class Retransmit:
     queue up in it (at 150 ms per answer, a 50 ms timeout makes a read ten
     times slower). After each call the time per request tells which case it
     is: below the timeout, answers came without retransmissions and the
-    timeout follows twice that time; above it, requests were sent again, so a
-    shorter timeout is tried, and kept only if it made the call faster; a
-    call that overran its limit doubles the timeout.
+    timeout follows twice that time; well above it (1.5 times), requests were
+    sent again, so a shorter timeout is tried, and kept only if it made the
+    call faster; a call that overran its limit doubles the timeout.
     """
 
     def __init__(self, fixed: float | None, minimum: float, maximum: float,
@@ -201,8 +201,8 @@ class Retransmit:
         if per < self.value:
             self._set(2.0 * per)
             self._worse_below = None
-        elif self.value > self.minimum and (self._worse_below is None
-                                            or self.value > self._worse_below):
+        elif per >= 1.5 * self.value and self.value > self.minimum and (
+                self._worse_below is None or self.value > self._worse_below):
             self._probe = (self.value, per)
             self._set(self.value / 2.0)
 
