@@ -18,17 +18,42 @@ TIMINGS = {"interval": 1, "stale_after": 2.5, "deadline": 6, "rewrite_every": 30
            "retries": 3, "exit_budget": 1}
 
 
+READ = ["caps"]
+
+
 class Recorder:
-    def __init__(self, rc: int = 0) -> None:
+    """Eight fake GPUs behind the power guard's commands: cap and reset commands
+    are recorded (``calls``) and change the caps, unless ``applies`` is false;
+    ``caps`` (the read command) prints them."""
+
+    def __init__(self, rc: int = 0, applies: bool = True) -> None:
         self.calls: list[list[str]] = []
+        self.reads = 0
         self.rc = rc
+        self.applies = applies
+        self.caps = [300.0] * 8
 
     def __call__(self, argv, **kw):
-        self.calls.append(list(argv))
+        argv = list(argv)
+        if argv == READ:
+            self.reads += 1
+            out = "".join(f"card{i}: {c:g}\n" for i, c in enumerate(self.caps))
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        self.calls.append(argv)
+        if self.applies:
+            gpus = [int(argv[argv.index("-g") + 1])] if "-g" in argv else range(8)
+            numbers = [float(a) for a in argv if a.isdigit()]
+            for g in gpus:
+                self.caps[g] = numbers[-1] if numbers and "reset" not in argv else 300.0
         return subprocess.CompletedProcess(argv, self.rc, "", "boom" if self.rc else "")
 
 
 def make(timings=None, **sections):
+    if "power_guard" in sections:
+        sections["power_guard"] = {"read_command": READ, **sections["power_guard"]}
+    else:
+        sections["power_guard"] = {"command": ["true", "{watts}"], "reset_command": ["true"],
+                                   "read_command": READ}
     cfg = config(timings=timings or TIMINGS, **sections)
     clock = FakeClock()
     fake = FakeTransport()
@@ -274,16 +299,40 @@ def test_ac_loss_and_missing_psu_count_as_failure_and_per_gpu_commands():
     assert runner2.calls == [["true", "198"]]
 
 
-def test_failed_cap_command_is_retried_and_counted():
+def test_cap_that_did_not_take_is_retried_and_counted():
     d, fake, clock, runner = make()
-    runner.rc = 1
+    runner.applies = False  # the command exits 0, the GPUs keep 300 W
     fake.values["PSU2_STATUS"] = Reading(states=0b11)
     tick(d, clock, 3)
     assert len(runner.calls) == 3
-    assert d.guard.errors == 3 and not d.guard.capped
-    runner.rc = 0
+    assert d.guard.errors == 3 and not d.guard.active
+    runner.applies = True
     tick(d, clock)
-    assert d.guard.capped
+    assert d.guard.active
+
+
+def test_cap_is_judged_by_reading_it_back_not_by_the_exit_status():
+    d, fake, clock, runner = make()
+    runner.rc = 1  # capped all eight, but says it failed
+    fake.values["PSU2_STATUS"] = Reading(states=0b11)
+    tick(d, clock, 3)
+    assert runner.calls == [["true", "198"]]  # once: the read-back shows it in place
+    assert d.guard.active and d.guard.errors == 0
+    assert ("power_cap_active", {}, 1.0) in d.samples()
+
+
+def test_cap_from_before_a_restart_is_lifted_once_the_psus_are_healthy():
+    d, _fake, clock, runner = make(power_guard={
+        "command": ["capper", "--watts", "{watts}"], "reset_command": ["capper", "--reset"],
+        "lift_after": 3})
+    runner.caps = [198.0] * 8  # the previous daemon capped them, then was restarted
+    tick(d, clock)
+    assert d.guard.active
+    assert ("power_cap_active", {}, 1.0) in d.samples()
+    tick(d, clock, 3)
+    assert runner.calls == [["capper", "--reset"]]
+    assert not d.guard.active and runner.caps == [300.0] * 8
+    assert ("power_cap_active", {}, 0.0) in d.samples()
 
 
 def test_metrics_textfile(tmp_path):

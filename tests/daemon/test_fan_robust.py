@@ -244,3 +244,69 @@ def test_implausibly_high_reading_raises_the_duty_at_once(tmp_path, sim, run_dae
     reads = [r for r in sensor_reads(sim, GPU6_TEMP_SENSOR, hot_at) if r.time < cmd.time]
     assert len(reads) <= 2
     assert "GPU6_TEMP reads 200.0: implausibly high" in d.text()
+
+
+# ---------------------------------------------------------------- PSU cap
+def fake_smi(tmp_path, rc: int = 0):
+    """A stand-in for rocm-smi: ``cap W`` sets every GPU's cap (then exits
+    ``rc``), ``reset`` restores 290 W, ``show`` prints them; calls are logged."""
+    smi = tmp_path / "smi"
+    state = tmp_path / "smi.caps"
+    calls = tmp_path / "smi.calls"
+    smi.write_text(f"""#!/bin/sh
+case "$1" in
+  cap) echo "cap $2" >> {calls}; echo "$2" > {state}; exit {rc} ;;
+  reset) echo reset >> {calls}; echo 290 > {state} ;;
+  show) v=$(cat {state} 2>/dev/null || echo 290)
+        for g in 0 1 2 3 4 5 6 7; do echo "GPU[$g] : Max Graphics Package Power (W): $v"; done ;;
+esac
+""")
+    smi.chmod(0o755)
+    guard = {"command": [str(smi), "cap", "{watts}"], "reset_command": [str(smi), "reset"],
+             "read_command": [str(smi), "show"], "lift_after": 3, "non_gpu_power_w": 500}
+    return guard, state, calls
+
+
+def cap_metric(prom) -> str | None:
+    if not prom.exists():
+        return None
+    for line in prom.read_text().splitlines():
+        if line.startswith("junkyard_fan_power_cap_active "):
+            return line.split()[1]
+    return None
+
+
+def test_cap_is_lifted_after_a_restart_once_both_psus_are_healthy(tmp_path, sim, run_daemon):
+    guard, state, calls = fake_smi(tmp_path)
+    cfg = write_config(tmp_path, sim, power_guard=guard)
+    prom = tmp_path / "fan.prom"
+    d = run_daemon(cfg)
+    wait_for(lambda: settled(sim), 30, "initial duties", d)
+    sim.set_psu_failed(2, True)
+    wait_for(lambda: cap_metric(prom) == "1", 20, "the cap in the metrics", d)
+    assert state.read_text().strip() == "198"
+    assert d.stop() == 0  # restarted while capped ...
+    sim.set_psu_failed(2, False)  # ... and the PSU comes back meanwhile
+    prom.unlink()
+    d = run_daemon(cfg)
+    # The new daemon reads the cap back: active, then lifted after lift_after.
+    wait_for(lambda: cap_metric(prom) == "1", 30, "the inherited cap in the metrics", d)
+    wait_for(lambda: cap_metric(prom) == "0", 30, "the cap lifted", d)
+    assert state.read_text().strip() == "290"
+    assert calls.read_text().splitlines() == ["cap 198", "reset"]
+    assert "a GPU power cap is in place (read back: 198 W)" in d.text()
+    assert d.stop() == 0
+
+
+def test_cap_is_judged_by_reading_it_back(tmp_path, sim, run_daemon):
+    guard, _state, calls = fake_smi(tmp_path, rc=1)  # caps every GPU, then exits 1
+    prom = tmp_path / "fan.prom"
+    d = run_daemon(write_config(tmp_path, sim, power_guard=guard))
+    wait_for(lambda: settled(sim), 30, "initial duties", d)
+    sim.set_psu_failed(2, True)
+    wait_for(lambda: cap_metric(prom) == "1", 20, "the cap in the metrics", d)
+    time.sleep(3)  # a few more cycles
+    assert cap_metric(prom) == "1"
+    assert calls.read_text().splitlines() == ["cap 198"]  # in place: not sent again
+    assert "junkyard_fan_power_cap_watts 198" in prom.read_text()
+    assert d.stop() == 0

@@ -137,6 +137,7 @@ class PowerGuard:
     require_presence: bool
     lift_after: float
     command_timeout: float
+    read_command: tuple[str, ...] = ()  # prints the per-GPU power caps in W
 
 
 @dataclass(frozen=True)
@@ -611,13 +612,14 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
 
 DEFAULT_CAP_COMMAND = ["rocm-smi", "--setpoweroverdrive", "{watts}", "--autorespond", "y"]
 DEFAULT_RESET_COMMAND = ["rocm-smi", "--resetpoweroverdrive", "--autorespond", "y"]
+DEFAULT_READ_COMMAND = ["rocm-smi", "--showmaxpower", "--json"]
 
 
 def _power_guard(v: _V, raw: Any, profile: Profile | None) -> PowerGuard | None:
     k = "power_guard"
     m = v.mapping(raw, k, {"enabled", "command", "reset_command", "non_gpu_power_w", "margin",
                            "min_gpu_cap_w", "failure_offsets", "require_presence",
-                           "lift_after", "command_timeout"})
+                           "lift_after", "command_timeout", "read_command"})
     offsets = v.get(m, k, "failure_offsets", [1, 3])
     if (not isinstance(offsets, list) or not offsets
             or not all(isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= 14
@@ -638,8 +640,9 @@ def _power_guard(v: _V, raw: Any, profile: Profile | None) -> PowerGuard | None:
         require_presence=v.boolean(m, k, "require_presence", True),
         lift_after=v.number(m, k, "lift_after", 10.0, minimum=0),
         command_timeout=v.number(m, k, "command_timeout", 30.0, positive=True),
+        read_command=v.command_list(m, k, "read_command", DEFAULT_READ_COMMAND),
     )
-    if None in g.values() or not command or not g["reset_command"]:
+    if None in g.values() or not command or not g["reset_command"] or not g["read_command"]:
         return None
     if profile is not None and g["enabled"]:
         if not profile.psu_status_sensors:

@@ -450,8 +450,8 @@ class Daemon:
         for i, _st in enumerate(psus):
             out.append(("psu_failed", {"psu": str(i + 1)},
                         1.0 if (i + 1) in self.guard.failed else 0.0))
-        out.append(("power_cap_active", {}, 1.0 if self.guard.capped else 0.0))
-        out.append(("power_cap_watts", {}, self.guard.cap_w if self.guard.capped else 0.0))
+        out.append(("power_cap_active", {}, 1.0 if self.guard.active else 0.0))
+        out.append(("power_cap_watts", {}, self.guard.cap_w if self.guard.active else 0.0))
         out.append(("power_cap_errors_total", {}, self.guard.errors))
         out.append(("cycles_total", {}, self.cycles))
         out.append(("cycle_seconds", {}, self.last_cycle_s))
