@@ -37,8 +37,8 @@ def test_current_step_moves_its_zone_within_one_cycle_and_not_the_other(
     step_at = time.time()  # every read logged from now on sees the step
     moved = wait_for(lambda: [r for r in sim.fan_commands(step_at) if duty(r)[0] == FRONT],
                      15, "front zone command", d)
-    # 408 W over [4 x 60, 4 x 270] W maps to 25 + 75 * 0.2 = 40 %, reached at once.
-    assert duty(moved[0]) == (FRONT, 40)
+    # 408 W over [4 x 60, 4 x 300] W maps to 25 + 75 * 0.175 = 38 %, reached at once.
+    assert duty(moved[0]) == (FRONT, 38)
     # Within one cycle: at most one read of the GPU currents happened between
     # the step and the command (the read that saw the step).
     reads = [r for r in sensor_reads(sim, GPU0_CURRENT_SENSOR, step_at) if r.time < moved[0].time]
@@ -53,13 +53,13 @@ def test_z45_calibration_halves_the_reading(tmp_path, sim, run_daemon):
     z20 = tmp_path / "z20"
     z20.mkdir()
     d = run_daemon(write_config(z20, sim, calibration=1.0))
-    assert wait_for(lambda: settled(sim), 30, "Z20 duties", d)[FRONT] == 59  # 624 W
+    assert wait_for(lambda: settled(sim), 30, "Z20 duties", d)[FRONT] == 55  # 624 W
     d.stop()
     after = time.time()
     z45 = tmp_path / "z45"
     z45.mkdir()
     d = run_daemon(write_config(z45, sim, calibration=0.5))
-    # Halved: 3 x 24 W + 240 W = 312 W -> 25 + 75 * 72 / 840 = 31 %
+    # Halved: 3 x 24 W + 240 W = 312 W -> 25 + 75 * 72 / 960 = 31 %
     assert wait_for(lambda: settled(sim, after), 30, "Z45 duties", d)[FRONT] == 31
     assert 'junkyard_fan_gpu_power_watts{gpu="0"} 240' in wait_for(
         lambda: (z45 / "fan.prom").exists() and (z45 / "fan.prom").read_text(), 10, "metrics")
@@ -126,7 +126,7 @@ def test_one_shot_prints_and_changes_nothing(tmp_path, sim, run_daemon):
     d.out.close()
     out = d.text()
     assert "GPU5_12V_I" in out and "22.00 A -> 264 W" in out
-    assert "gpu-rear     fan_id 2: GPU power sum 408 W -> 40.0 %" in out
+    assert "gpu-rear     fan_id 2: GPU power sum 408 W -> 38.1 %" in out
     assert "power: PSUs healthy -> no cap (would cap at 198 W per GPU)" in out
     assert sim.fan_commands() == []  # nothing was sent to the fans
 
@@ -151,5 +151,5 @@ def test_ipmitool_access_regulates_too(tmp_path, sim, run_daemon, tool):
     sim.set_gpu_current(6, 22.0)
     d = run_daemon(write_config(tmp_path, sim, tool=tool))
     assert wait_for(lambda: settled(sim), 30, "duties via ipmitool", d) == {
-        FRONT: 25, REAR: 40, CPU: 29}
+        FRONT: 25, REAR: 38, CPU: 29}
     assert d.stop() == 0

@@ -77,12 +77,24 @@ def test_hysteresis_stops_hunting_on_a_noisy_load():
 
 
 def test_temperature_override_forces_full_and_releases_with_hysteresis():
-    c = GpuZoneController(ZONE, law(temp_limit_c=85, temp_hysteresis_c=5, ramp_down=100))
+    c = GpuZoneController(ZONE, law(temp_limit_c=85, temp_hysteresis_c=5, ramp_down=100,
+                                    temp_gain=0))
     assert c.update([60] * 4, [50, 50, 50, 86], now=0.0) == 100  # above the ceiling too
     assert c.out.overridden
     assert c.update([60] * 4, [50, 50, 50, 82], now=1.0) == 100  # not yet 5 C below
     assert c.update([60] * 4, [50, 50, 50, 79], now=2.0) == 20
     assert not c.out.overridden
+
+
+def test_temperature_feedback_adds_to_the_power_feed_forward():
+    g = law(temp_gain=4, temp_target_c=70)
+    idle = [60] * 4
+    assert gpu_target(g, idle, [50, 60, 70, 65]) == 20  # at or below the target: power only
+    assert gpu_target(g, idle, [50, 60, 75, 65]) == pytest.approx(40.0)  # hottest 5 C above
+    assert gpu_target(g, [160] * 4, [76] * 4) == pytest.approx(55.0 + 24.0)
+    assert gpu_target(g, [160] * 4, [84] * 4) == 90  # never above the ceiling
+    assert gpu_target(g, [160] * 4) == pytest.approx(55.0)  # no temperatures: power only
+    assert gpu_target(law(temp_gain=0), idle, [84] * 4) == 20
 
 
 def test_cpu_zone_follows_the_temperature_curve():

@@ -206,7 +206,7 @@ def test_bmc_answering_in_150_ms_at_default_settings(tmp_path, sim, run_daemon):
     # The daemon learns the BMC's pace (a call or two may overrun while it
     # does); then it must regulate, not sit in bmc_lost.
     sim.set_gpu_current(2, 22.0)
-    wait_for(lambda: any(duty(r) == (FRONT, 40) for r in sim.fan_commands(slow_at)), 60,
+    wait_for(lambda: any(duty(r) == (FRONT, 38) for r in sim.fan_commands(slow_at)), 60,
              "regulation at 150 ms per request", d)
     gaps, updates = front_update_gaps(sim, 20)
     assert updates >= 4
@@ -221,14 +221,14 @@ def test_zero_amps_after_load_is_not_idle(tmp_path, sim, run_daemon):
     loaded_at = time.time()
     for g in (4, 5, 6, 7):
         sim.set_gpu_current(g, 22.0)  # 4 x 264 W
-    wait_for(lambda: last_duties(sim, loaded_at).get(REAR) == 98, 30, "rear zone loaded", d)
+    wait_for(lambda: last_duties(sim, loaded_at).get(REAR) == 89, 30, "rear zone loaded", d)
     dropped_at = time.time()
     for g in (4, 5, 6, 7):
         sim.set_gpu_current(g, 0.0)  # the current sensors drop out under load
     # Held (never lowered), then 100 % once the deadline (10 s) has passed.
     wait_for(lambda: last_duties(sim, dropped_at).get(REAR) == 100, 30, "rear zone at 100 %", d)
     rear = [duty(r)[1] for r in sim.fan_commands(dropped_at) if duty(r)[0] == REAR]
-    assert min(rear) >= 98, f"rear zone commands after 0 A: {rear}"
+    assert min(rear) >= 89, f"rear zone commands after 0 A: {rear}"
     assert "zone gpu-rear: no valid input: holding the duty" in d.text()
 
 

@@ -83,6 +83,10 @@ class GpuLaw:
     hysteresis: float  # % dead band before going down
     temp_limit_c: float
     temp_hysteresis_c: float
+    # Temperature feedback on top of the power feed-forward: this many % per
+    # degree the zone's hottest GPU is above temp_target_c (0: power only).
+    temp_gain: float = 0.0
+    temp_target_c: float = 70.0
 
 
 @dataclass(frozen=True)
@@ -458,11 +462,13 @@ def _gpu_law(v: _V, raw: Any, max_power: float) -> GpuLaw | None:
     k = "control.gpu"
     m = v.mapping(raw, k, {"aggregate", "power_low_w", "power_high_w", "duty_floor",
                            "duty_ceiling", "ramp_up", "ramp_down", "hysteresis",
-                           "temp_limit_c", "temp_hysteresis_c"})
+                           "temp_limit_c", "temp_hysteresis_c", "temp_gain", "temp_target_c"})
     law = dict(
         aggregate=v.choice(m, k, "aggregate", ("sum", "max"), "sum"),
         power_low_w=v.number(m, k, "power_low_w", round(0.2 * max_power), minimum=0),
-        power_high_w=v.number(m, k, "power_high_w", round(0.9 * max_power), positive=True),
+        power_high_w=v.number(m, k, "power_high_w", round(max_power), positive=True),
+        temp_gain=v.number(m, k, "temp_gain", 4, minimum=0, maximum=50),
+        temp_target_c=v.number(m, k, "temp_target_c", 70, positive=True),
         **_common_law(v, m, k, 25, 85),
     )
     if None in law.values():
@@ -470,7 +476,10 @@ def _gpu_law(v: _V, raw: Any, max_power: float) -> GpuLaw | None:
     if law["power_high_w"] <= law["power_low_w"]:
         v.err(f"{k}.power_high_w", f"must be above {k}.power_low_w ({law['power_low_w']})")
         return None
-    return GpuLaw(**law)
+    if law["temp_target_c"] >= law["temp_limit_c"]:
+        v.err(f"{k}.temp_target_c", f"must be below {k}.temp_limit_c ({law['temp_limit_c']})")
+        return None
+    return GpuLaw(**{n: float(x) if n != "aggregate" else x for n, x in law.items()})
 
 
 DUTY_FLOOR_MIN = 10

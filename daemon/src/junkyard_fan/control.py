@@ -2,7 +2,8 @@
 
 A controller turns its zone's inputs into a duty (percent). GPU zones follow
 the electrical power of the GPUs they cool (feed-forward: power rises before
-temperature does); the CPU zone follows a CPU temperature curve. Both share the
+temperature does), plus a temperature feedback term when the zone has GPU
+temperatures; the CPU zone follows a CPU temperature curve. Both share the
 same output stage: floor and ceiling, fast ramp-up, slow ramp-down with a dead
 band (hysteresis) so the fans don't hunt, and a temperature override that
 forces 100 % above a limit until the temperature drops ``temp_hysteresis_c``
@@ -24,17 +25,26 @@ def clamp(x: float, lo: float, hi: float) -> float:
     return max(lo, min(hi, x))
 
 
-def gpu_target(law: GpuLaw, powers_w: Sequence[float]) -> float:
-    """Duty for a zone's GPU powers, before ramps. ``sum`` compares the zone's
-    total with ``power_*_w`` times the GPU count; ``max`` compares the hottest
-    GPU's power with ``power_*_w``."""
+def gpu_target(law: GpuLaw, powers_w: Sequence[float],
+               temps_c: Sequence[float] = ()) -> float:
+    """Duty for a zone's GPU powers (and temperatures), before ramps.
+
+    Feed-forward: ``sum`` compares the zone's total with ``power_*_w`` times
+    the GPU count, ``max`` the busiest GPU's power with ``power_*_w``; the
+    result runs from ``duty_floor`` to ``duty_ceiling``. Feedback (when the
+    zone has GPU temperatures): plus ``temp_gain`` % per degree the hottest
+    GPU is above ``temp_target_c``. See bench/fan_thermal.py for why both.
+    """
     n = len(powers_w)
     if law.aggregate == "sum":
         p, lo, hi = sum(powers_w), law.power_low_w * n, law.power_high_w * n
     else:
         p, lo, hi = max(powers_w), law.power_low_w, law.power_high_w
     frac = clamp((p - lo) / (hi - lo), 0.0, 1.0)
-    return law.duty_floor + frac * (law.duty_ceiling - law.duty_floor)
+    duty = law.duty_floor + frac * (law.duty_ceiling - law.duty_floor)
+    if temps_c and law.temp_gain:
+        duty += law.temp_gain * max(0.0, max(temps_c) - law.temp_target_c)
+    return clamp(duty, law.duty_floor, law.duty_ceiling)
 
 
 def curve_target(law: CpuLaw, temp_c: float) -> float:
@@ -122,11 +132,12 @@ class GpuZoneController(ZoneController):
                                       law.temp_hysteresis_c))
         self.law = law
 
-    def target(self, powers_w: Sequence[float]) -> float:
-        return gpu_target(self.law, powers_w)
+    def target(self, powers_w: Sequence[float], temps_c: Sequence[float] = ()) -> float:
+        return gpu_target(self.law, powers_w, temps_c)
 
     def update(self, powers_w: Sequence[float], temps_c: Sequence[float], now: float) -> float:
-        return self.out.step(self.target(powers_w), max(temps_c) if temps_c else None, now)
+        return self.out.step(self.target(powers_w, temps_c), max(temps_c) if temps_c else None,
+                             now)
 
 
 class CpuZoneController(ZoneController):
