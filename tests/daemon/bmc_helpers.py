@@ -20,13 +20,33 @@ REPO = Path(__file__).resolve().parents[2]
 FRONT, REAR, CPU = 1, 2, 0
 
 
+def fake_smi(tmp_path: Path, rc: int = 0) -> tuple[dict, Path, Path]:
+    """A stand-in for rocm-smi: ``cap W`` sets every GPU's cap (then exits
+    ``rc``), ``reset`` restores 290 W, ``show`` prints them; cap and reset are
+    logged to ``powercap.log``. Returns the power_guard section, the state
+    file and the log."""
+    smi = tmp_path / "powercap"
+    state = tmp_path / "powercap.state"
+    calls = tmp_path / "powercap.log"
+    smi.write_text(f"""#!/bin/sh
+case "$1" in
+  cap) echo "cap $2" >> {calls}; echo "$2" > {state}; exit {rc} ;;
+  reset) echo reset >> {calls}; echo 290 > {state} ;;
+  show) v=$(cat {state} 2>/dev/null || echo 290)
+        for g in 0 1 2 3 4 5 6 7; do echo "GPU[$g] : Max Graphics Package Power (W): $v"; done ;;
+esac
+""")
+    smi.chmod(0o755)
+    guard = {"command": [str(smi), "cap", "{watts}"], "reset_command": [str(smi), "reset"],
+             "read_command": [str(smi), "show"], "lift_after": 3, "non_gpu_power_w": 500}
+    return guard, state, calls
+
+
 def write_config(tmp_path: Path, sim: BmcSim, *, tool: str = "freeipmi",
                  calibration: float = 1.0, defaults: bool = False, **sections) -> Path:
     """A LAN configuration for the simulator. Fast timings, unless ``defaults``:
     then the daemon's own timings and retransmission timeout."""
-    recorder = tmp_path / "powercap"
-    recorder.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "powercap.log"}\n')
-    recorder.chmod(0o755)
+    guard = sections.get("power_guard") or fake_smi(tmp_path)[0]
     profile = yaml.safe_load(yaml.safe_dump(G292_Z20))
     profile["bmc"]["current_calibration"] = calibration
     cfg = {
@@ -37,9 +57,7 @@ def write_config(tmp_path: Path, sim: BmcSim, *, tool: str = "freeipmi",
                 "retransmit_timeout": 0.05},
         "timings": {"interval": 1, "bmc_timeout": 4, "stale_after": 3, "deadline": 4,
                     "rewrite_every": 60, "exit_budget": 10},
-        "power_guard": {"command": [str(recorder), "cap", "{watts}"],
-                        "reset_command": [str(recorder), "reset"], "lift_after": 0,
-                        "non_gpu_power_w": 500},
+        "power_guard": {**guard, "lift_after": 0},
         "metrics": {"textfile": str(tmp_path / "fan.prom")},
         "log_level": "debug",
     }

@@ -21,6 +21,7 @@ from bmc_helpers import (
     FRONT,
     REAR,
     duty,
+    fake_smi,
     sensor_reads,
     settled,
     wait_for,
@@ -247,26 +248,6 @@ def test_implausibly_high_reading_raises_the_duty_at_once(tmp_path, sim, run_dae
 
 
 # ---------------------------------------------------------------- PSU cap
-def fake_smi(tmp_path, rc: int = 0):
-    """A stand-in for rocm-smi: ``cap W`` sets every GPU's cap (then exits
-    ``rc``), ``reset`` restores 290 W, ``show`` prints them; calls are logged."""
-    smi = tmp_path / "smi"
-    state = tmp_path / "smi.caps"
-    calls = tmp_path / "smi.calls"
-    smi.write_text(f"""#!/bin/sh
-case "$1" in
-  cap) echo "cap $2" >> {calls}; echo "$2" > {state}; exit {rc} ;;
-  reset) echo reset >> {calls}; echo 290 > {state} ;;
-  show) v=$(cat {state} 2>/dev/null || echo 290)
-        for g in 0 1 2 3 4 5 6 7; do echo "GPU[$g] : Max Graphics Package Power (W): $v"; done ;;
-esac
-""")
-    smi.chmod(0o755)
-    guard = {"command": [str(smi), "cap", "{watts}"], "reset_command": [str(smi), "reset"],
-             "read_command": [str(smi), "show"], "lift_after": 3, "non_gpu_power_w": 500}
-    return guard, state, calls
-
-
 def cap_metric(prom) -> str | None:
     if not prom.exists():
         return None
