@@ -270,7 +270,7 @@ def best_within(curves: list[tuple[tuple[float, float], Run]], duty_budget: floa
 # -------------------------------------------------------------------- report
 def table(rows: list[tuple[str, Run]]) -> list[str]:
     above = f"s > {THRESHOLD_C:g} C"
-    head = (f"{'load shape':<18}{'law':<30}{'peak C':>8}{above:>10}{'mean duty %':>13}"
+    head = (f"{'load shape':<18}{'law':<35}{'peak C':>8}{above:>10}{'mean duty %':>13}"
             f"{'changes':>9}")
     lines = [head, "-" * len(head)]
     for shape in [*shapes(), "all (mean peak)"]:
@@ -281,7 +281,7 @@ def table(rows: list[tuple[str, Run]]) -> list[str]:
             else:
                 r = run.by_shape[shape]
                 peak, secs, duty, changes = r.peak_c, r.above_s, r.mean_duty, r.changes
-            lines.append(f"{shape:<18}{label:<30}{peak:>8.1f}{secs:>10.0f}{duty:>13.1f}"
+            lines.append(f"{shape:<18}{label:<35}{peak:>8.1f}{secs:>10.0f}{duty:>13.1f}"
                          f"{changes:>9d}")
     return lines
 
