@@ -212,3 +212,21 @@ def test_check_config_reports_problems_with_exit_code_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "timings.interval: must be > 0, got 0" in err
     assert "profile.bmc: is required" in err
+
+
+def test_settings_that_would_leave_fans_low_are_refused(tmp_path, capsys):
+    from junkyard_fan.cli import main
+
+    found = problems(raw_config(timings={"stale_after": 12, "deadline": 10},
+                                control={"gpu": {"duty_floor": 0},
+                                         "cpu": {"duty_floor": 5}}))
+    assert "timings.stale_after: must not exceed timings.deadline (10)" in found
+    assert "control.gpu.duty_floor: must be >= 10, got 0" in found
+    assert "control.cpu.duty_floor: must be >= 10, got 5" in found
+    assert ("control.gpu.temp_target_c: must be below control.gpu.temp_limit_c (85)"
+            in problems(raw_config(control={"gpu": {"temp_target_c": 90}})))
+    bad = tmp_path / "latin1.yml"
+    bad.write_bytes("log_level: info  # r\xe9glage\n".encode("latin-1"))
+    assert main(["--config", str(bad), "--check-config"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: not UTF-8 text (byte 0xe9 at offset 20)" in err

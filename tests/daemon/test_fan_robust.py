@@ -11,6 +11,7 @@ update in every 5 s"), and then counted over a bounded run.
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 import time
 
@@ -113,6 +114,23 @@ def test_error_in_the_control_law_ends_at_full(tmp_path, sim, monkeypatch):
     at = run_until_broken(
         d, sim, lambda: monkeypatch.setattr(GpuZoneController, "update", broken))
     assert last_duties(sim, at) == ALL_FULL
+
+
+def test_error_during_start_up_ends_at_full(tmp_path, sim, monkeypatch):
+    from junkyard_fan import cli
+
+    def broken(self, touch_fans=True):
+        raise KeyError("start-up bug")
+
+    monkeypatch.setattr(Daemon, "setup", broken)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        rc = cli.main(["-c", str(write_config(tmp_path, sim))])
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert rc == 1
+    assert last_duties(sim, 0.0) == ALL_FULL
 
 
 def test_removed_run_directory_ends_at_full(tmp_path, sim, run_daemon):
