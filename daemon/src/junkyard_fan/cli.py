@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:
         # Any error, anywhere: the fans go to 100 % before the process ends
         # (run() has done so already for errors inside the loop).
+        if isinstance(err, Exception) and not (daemon is not None and daemon.ended_safe):
+            log.exception("unhandled error")  # run() logged the ones from the loop
         if changes and daemon is not None and not daemon.ended_safe:
-            log.exception("unhandled error")
             daemon.failsafe(f"unhandled error {type(err).__name__}: {err}")
         if isinstance(err, Exception):
             log.critical("ending on an unhandled error: %s: %s", type(err).__name__, err)

@@ -177,14 +177,17 @@ class Retransmit:
         self.fixed = fixed
         self.minimum, self.maximum = minimum, max(minimum, maximum)
         self.value = fixed if fixed is not None else min(max(start, minimum), self.maximum)
-        self._probe: tuple[float, float] | None = None  # (previous value, its cost)
+        # (previous value, its cost per request, the kind of call that measured it)
+        self._probe: tuple[float, float, str] | None = None
         self._worse_below: float | None = None  # a shorter timeout was tried: slower
         self._calls = 0
 
     def _set(self, value: float) -> None:
         self.value = min(max(value, self.minimum), self.maximum)
 
-    def done(self, elapsed: float, requests: int) -> None:
+    def done(self, elapsed: float, requests: int, kind: str = "") -> None:
+        """A call of ``kind`` (calls of one kind compare) carried ``requests`` in
+        ``elapsed`` seconds."""
         if self.fixed is not None or requests <= 0:
             return
         per = elapsed / requests
@@ -192,7 +195,9 @@ class Retransmit:
         if self._calls % 120 == 0:
             self._worse_below = None  # conditions change: try shorter again now and then
         if self._probe is not None:
-            before, cost = self._probe
+            before, cost, probe_kind = self._probe
+            if probe_kind != kind:
+                return  # judged by the next call of the same kind
             self._probe = None
             if per >= cost:  # the shorter timeout did not help: back, and remember
                 self._worse_below = before
@@ -203,7 +208,7 @@ class Retransmit:
             self._worse_below = None
         elif per >= 1.5 * self.value and self.value > self.minimum and (
                 self._worse_below is None or self.value > self._worse_below):
-            self._probe = (self.value, per)
+            self._probe = (self.value, per, kind)
             self._set(self.value / 2.0)
 
     def overran(self) -> None:
@@ -296,7 +301,7 @@ class FreeIpmiTransport:
                 self.retransmit.overran()
                 raise
             if proc.returncode == 0:
-                self.retransmit.done(time.monotonic() - t0, n)
+                self.retransmit.done(time.monotonic() - t0, n, tool)
             return proc
         except OSError as err:
             raise BmcLocalError(f"{tool}: {err}") from err
