@@ -432,3 +432,17 @@ def test_one_shot_sends_nothing_even_with_a_manual_mode_command():
     assert fake.sent == []
     assert "gpu-rear     fan_id 2: GPU power sum 408 W -> 38.1 %" in text
     assert "power: PSU 1 failed -> would cap each GPU at 198 W" in text
+
+
+def test_power_caps_are_parsed_from_json_and_from_text():
+    from junkyard_fan.powerguard import parse_caps
+
+    js = ('{"card0": {"Max Graphics Package Power (W)": "198.0"}, '
+          '"card1": {"Max Graphics Package Power (W)": "290.0", "GUID": "12345"}}')
+    assert parse_caps(js) == [198.0, 290.0]
+    text = ("============ ROCm System Management Interface ============\n"
+            "GPU[0]\t\t: Max Graphics Package Power (W): 198.0\n"
+            "GPU[1]\t\t: Max Graphics Package Power (W): 290.0\n"
+            "================== End of ROCm SMI Log ===================\n")
+    assert parse_caps(text) == [198.0, 290.0]
+    assert parse_caps("") == []

@@ -99,14 +99,20 @@ class PowerGuard:
                     for g in range(self.cfg.profile.gpu_count)]
         return [[a.format(**values) for a in template]]
 
+    def _run_one(self, argv: list[str], what: str) -> subprocess.CompletedProcess[str] | None:
+        """Run one command; None (noted) if it could not run or timed out."""
+        try:
+            return self.run(argv, capture_output=True, text=True,
+                            timeout=self.pg.command_timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            self._note(f"{what}: {' '.join(argv)}: {err}")
+            return None
+
     def _execute(self, template: Sequence[str], watts: float | None, what: str) -> bool:
         ok = True
         for argv in self._commands(template, watts):
-            try:
-                proc = self.run(argv, capture_output=True, text=True,
-                                timeout=self.pg.command_timeout, check=False)
-            except (OSError, subprocess.TimeoutExpired) as err:
-                self._note(f"{what}: {' '.join(argv)}: {err}")
+            proc = self._run_one(argv, what)
+            if proc is None:
                 return False
             if proc.returncode != 0:
                 out = (proc.stderr or proc.stdout).strip().splitlines()
@@ -119,11 +125,8 @@ class PowerGuard:
         """The GPUs' power caps now, or None if they cannot be read."""
         outputs = []
         for argv in self._commands(self.pg.read_command, None):
-            try:
-                proc = self.run(argv, capture_output=True, text=True,
-                                timeout=self.pg.command_timeout, check=False)
-            except (OSError, subprocess.TimeoutExpired) as err:
-                self._note(f"read the cap back: {' '.join(argv)}: {err}")
+            proc = self._run_one(argv, "read the cap back")
+            if proc is None:
                 return None
             outputs.append(proc.stdout)
         caps = parse_caps("\n".join(outputs))
