@@ -12,11 +12,13 @@ power-on, the phases its serial console shows and the first SSH login:
 
 Variants, measured side by side in one run:
 
-  http   the node's boot entry as site.yml wrote it (kernel and initrd over
-         HTTP, the profile's module blacklist on the command line)
-  tftp   the same file with its TFTP entry as the default and no module
-         blacklist: the boot as it was before kernels moved to HTTP (the
-         bench edits the node's GRUB file on the head and puts it back)
+  now     the node's boot entry as site.yml wrote it (kernel and initrd over
+          HTTP, the profile's module blacklist on the command line, OpenRC's
+          dependency cache in the image)
+  before  the boot as it was before those three: the node's GRUB file with
+          its TFTP entry as the default and no module blacklist, and the
+          image's OpenRC cache hidden (the bench edits both on the head and
+          puts them back)
 
 From what each boot fetched (nginx's access log and dnsmasq's TFTP log on the
 head) it takes the bytes per node, and projects how long N nodes booting at
@@ -29,7 +31,7 @@ table; the lab's own network is emulated and says nothing about a real one.
 Then (unless --skip-image) it times a re-run of playbooks/image.yml.
 Prints figures; asserts nothing.
 
-    .venv/bin/python bench/lab_boot.py [--variants http,tftp] [--rounds N] [--skip-image]
+    .venv/bin/python bench/lab_boot.py [--variants now,before] [--rounds N] [--skip-image]
 """
 
 from __future__ import annotations
@@ -158,14 +160,19 @@ def grub_file(node) -> str:
 
 
 def set_variant(lab, node, variant: str) -> None:
-    """tftp: the node's GRUB file boots its TFTP entry with no module blacklist (a copy
-    of the file as site.yml wrote it is kept beside it); http: that copy is put back."""
+    """before: the node's GRUB file boots its TFTP entry with no module blacklist (a copy
+    of the file as site.yml wrote it is kept beside it) and the image's OpenRC cache is
+    hidden (init.sh copies it only when its softlevel file is there); now: both put back."""
     path = grub_file(node)
-    if variant == "tftp":
+    image = lab.ssh(f"sed -n 's/.*nfsroot=[^:]*:\\([^,]*\\),.*/\\1/p' {path} | head -n 1")
+    cache = f"{image.stdout.strip()}/usr/lib/rc/cache/softlevel"
+    if variant == "before":
         cmd = (f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
-               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' {path}")
+               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' {path} && "
+               f"if [ -e {cache} ]; then mv {cache} {cache}.bench; fi")
     else:
-        cmd = f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi"
+        cmd = (f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi; "
+               f"if [ -e {cache}.bench ]; then mv {cache}.bench {cache}; fi")
     res = lab.ssh(cmd)
     if res.returncode != 0:
         raise SystemExit(f"lab_boot: cannot set {node.name}'s GRUB file to {variant}: "
@@ -179,8 +186,9 @@ def fmt(v: float | None) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--variants", default="http,tftp",
-                    help="comma-separated: http (as deployed), tftp (before: TFTP, no blacklist)")
+    ap.add_argument("--variants", default="now,before",
+                    help="comma-separated: now (as deployed), before (TFTP, no blacklist, "
+                         "no OpenRC cache)")
     ap.add_argument("--nodes", default="", help="comma-separated node names (default: all)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-image", action="store_true")
@@ -209,13 +217,13 @@ def main() -> int:
     for r in range(args.rounds):
         for node in nodes:
             for variant in variants:
-                if variant == "tftp":
-                    set_variant(lab, node, "tftp")
+                if variant == "before":
+                    set_variant(lab, node, "before")
                 try:
                     res = boot_once(lab, cfg, node, args.timeout)
                 finally:
-                    if variant == "tftp":
-                        set_variant(lab, node, "http")
+                    if variant == "before":
+                        set_variant(lab, node, "now")
                 rows.append((variant, res))
                 print(f"{variant:8} {r + 1:5} {node.name:8} "
                       + " ".join(f"{fmt(res['phases'][n]):>14}" for n in names)
@@ -232,8 +240,8 @@ def main() -> int:
     link = args.link_gbps * 1e9 / 8 * 0.94  # Ethernet + IP + TCP/UDP overhead
     turnaround = args.tftp_turnaround_ms / 1000
     measured = {v: res for v, res in rows if res["login"]}
-    if "http" in measured:
-        res = measured["http"]
+    if "now" in measured:
+        res = measured["now"]
         total = res["http_bytes"] + res["tftp_bytes"]
         print(f"\nbytes per node (measured): {total / 1e6:.1f} MB, of which "
               f"{res['http_bytes'] / 1e6:.1f} MB over HTTP ({', '.join(res['http_files'])}) "

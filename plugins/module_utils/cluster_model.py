@@ -193,6 +193,19 @@ def _check_writable_paths(cluster, err):
     return out
 
 
+def _module_list(prof, key, base, err):
+    """A profile's list of kernel module names (bad entries reported and left out)."""
+    raw = prof.get(key, [])
+    if not isinstance(raw, list):
+        err.add("cluster", f"{base}.{key}", raw, "must be a list of module names")
+        return []
+    for mod in raw:
+        if not isinstance(mod, str) or not MODULE_NAME_RE.match(mod):
+            err.add("cluster", f"{base}.{key}", mod,
+                    "is not a kernel module name (letters, digits, _ and -)")
+    return [m for m in raw if isinstance(m, str) and MODULE_NAME_RE.match(m)]
+
+
 def _check_profiles(cluster, err):
     raw = cluster.get("hardware_profiles")
     if not isinstance(raw, dict) or not raw:
@@ -244,21 +257,20 @@ def _check_profiles(cluster, err):
         # IDE controller it does not have, the PC speaker, virtualisation): on
         # the kernel command line, so that neither the initramfs nor udev's
         # coldplug loads them (kmod reads modprobe.blacklist= in both).
-        blacklist = prof.get("kernel_module_blacklist", [])
-        if not isinstance(blacklist, list):
-            err.add("cluster", f"{base}.kernel_module_blacklist", blacklist,
-                    "must be a list of module names")
-            blacklist = []
-        for mod in blacklist:
-            if not isinstance(mod, str) or not MODULE_NAME_RE.match(mod):
-                err.add("cluster", f"{base}.kernel_module_blacklist", mod,
-                        "is not a kernel module name (letters, digits, _ and -)")
-        blacklist = [m for m in blacklist if isinstance(m, str) and MODULE_NAME_RE.match(m)]
+        blacklist = _module_list(prof, "kernel_module_blacklist", base, err)
+        # The drivers of the NIC the node boots from: the initramfs carries
+        # them (and NFS) only; a profile without the list gets every NIC driver.
+        nic_modules = (_module_list(prof, "initramfs_modules", base, err)
+                       if "initramfs_modules" in prof else None)
+        if nic_modules == []:
+            err.add("cluster", f"{base}.initramfs_modules", [],
+                    "is empty: list the drivers of the management NIC (or leave it out "
+                    "for every NIC driver)")
         if blacklist:
             cmdline = [*cmdline, "modprobe.blacklist=" + ",".join(blacklist)]
         out[pname] = {"name": pname, "gpu_count": count,
                       "gfx_target": gpu.get("gfx_target"), "kernel_cmdline": cmdline,
-                      "kernel_module_blacklist": blacklist}
+                      "kernel_module_blacklist": blacklist, "initramfs_modules": nic_modules}
     return out
 
 
@@ -594,6 +606,14 @@ def _check_image_state(data, images, nodes, err):
     return ctx
 
 
+def _initramfs_modules(profiles, nodes):
+    used = sorted({n["profile"] for n in nodes if n["profile"] in profiles})
+    lists = [profiles[p]["initramfs_modules"] for p in used]
+    if not lists or any(lst is None for lst in lists):
+        return None
+    return sorted({m for lst in lists for m in lst})
+
+
 def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, domain,
             head, nodes, image_state):
     pname = pool["name"]
@@ -715,6 +735,9 @@ def _derive(cluster, nets, writable, profiles, images, pool, data_sets, policy, 
         "images": images,
         "image_state": image_state,
         "writable_paths": writable,
+        # the initramfs's network drivers: every booting profile's, or None
+        # (every NIC driver) when one of them does not name its own
+        "initramfs_modules": _initramfs_modules(profiles, nodes),
         "writable_failure_policy": policy,
         "nodes": out_nodes,
         "node_names": [n["name"] for n in out_nodes],

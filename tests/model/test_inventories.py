@@ -166,6 +166,10 @@ def m_blacklist_bad_name(inv):
         ["floppy", "pcspkr ata_piix"]
 
 
+def m_initramfs_modules_empty(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["initramfs_modules"] = []
+
+
 def m_writable_relative(inv):
     inv["cluster"]["cluster_writable_paths"].append({"path": "var/cache", "kind": "tmpfs"})
 
@@ -288,6 +292,8 @@ CASES = [
      "floppy,pcspkr must be a list of module names"),
     (m_blacklist_bad_name, "cluster: cluster_hardware_profiles.lab-vm.kernel_module_blacklist "
      "pcspkr ata_piix is not a kernel module name"),
+    (m_initramfs_modules_empty, "cluster: cluster_hardware_profiles.lab-vm.initramfs_modules [] "
+     "is empty: list the drivers of the management NIC"),
     (m_writable_relative, "cluster: cluster_writable_paths[8].path var/cache is not an absolute "
      "path"),
     (m_writable_repeated, "cluster: cluster_writable_paths[8].path /var/log repeats "

@@ -78,6 +78,26 @@ def test_boot_server_and_module_blacklist_reach_the_boot_entry():
                    for w in model["nodes"][0]["boot"]["cmdline"].split())
 
 
+def test_initramfs_modules_are_every_booting_profiles_or_none():
+    data = lab_data()
+    profiles = data["cluster"]["hardware_profiles"]
+    model, errors = build_model(data)
+    assert errors == [] and model["initramfs_modules"] == ["virtio_net", "virtio_pci"]
+    # a second profile that some node boots with: the union, sorted
+    profiles["other"] = {**copy.deepcopy(profiles["lab-vm"]), "initramfs_modules": ["igb"]}
+    data["nodes"]["node02"]["node_profile"] = "other"
+    model, errors = build_model(data)
+    assert errors == [] and model["initramfs_modules"] == ["igb", "virtio_net", "virtio_pci"]
+    # one booting profile that names no driver: every NIC driver (None)
+    del profiles["other"]["initramfs_modules"]
+    model, errors = build_model(data)
+    assert errors == [] and model["initramfs_modules"] is None
+    # a profile no node boots with does not count
+    data["nodes"]["node02"]["node_profile"] = "lab-vm"
+    model, _ = build_model(data)
+    assert model["initramfs_modules"] == ["virtio_net", "virtio_pci"]
+
+
 def test_adding_a_node_adds_only_its_own_data():
     data = lab_data()
     before, _ = build_model(data)

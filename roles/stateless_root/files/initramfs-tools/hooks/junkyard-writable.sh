@@ -1,7 +1,8 @@
 #!/bin/sh
 # junkyard.cluster: put what the writable-path script needs into the
 # initramfs: the table of every node's writable paths, the overlay module,
-# and busybox's stat and timeout (klibc provides mount and nfsmount).
+# the modules the root needs (/etc/junkyard/initramfs-modules) and busybox's
+# stat and timeout (klibc provides mount and nfsmount).
 PREREQ=""
 prereqs() { echo "$PREREQ"; }
 case "$1" in
@@ -23,6 +24,13 @@ mkdir -p "${DESTDIR:?}/conf"
 cp "$table" "$DESTDIR/conf/junkyard-writable.conf"
 
 manual_add_modules overlay
+# the management NIC's drivers and the NFS client (the role's list; with
+# MODULES=list nothing else is added)
+list=/etc/junkyard/initramfs-modules
+if [ -r "$list" ]; then
+	# shellcheck disable=SC2046  # one word per module name
+	manual_add_modules $(sed -e 's/#.*//' "$list")
+fi
 if ! command -v busybox >/dev/null 2>&1; then
 	echo "E: junkyard-writable: busybox is not installed (stat, timeout are needed)" >&2
 	exit 1
