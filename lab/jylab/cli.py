@@ -216,6 +216,8 @@ def up(lab: Lab, args) -> int:
                 taps.update({vm.tap_name(node.name, n.net): n.net for n in node.nics})
             host.create_netns(lab.netns, ["mgmt", "data"], taps)
             print(f"   netns {lab.netns}: bridges mgmt, data; taps {', '.join(taps)}")
+            state["pids"]["radvd"] = start_radvd(lab)
+            write_state(lab, state)
         with Phase("head VM boot (until SSH answers)"):
             ensure_ssh_key(lab)
             overlay, disks = build.make_run_disks(lab, head_dir)
@@ -263,6 +265,26 @@ def up(lab: Lab, args) -> int:
     return 0
 
 
+def start_radvd(lab: Lab) -> int:
+    """Router advertisements on the mgmt bridge, inside the lab's namespace: the node
+    firmware (iPXE) solicits an IPv6 router before every network boot and waits about
+    13 s when none answers.  The advertisement names no prefix and no default router
+    (lifetime 0), so nothing on the lab's networks gets an IPv6 address or route from it;
+    it only tells iPXE that there is nothing to configure.  Real nodes' firmware is not
+    the lab's: the product's head sends no advertisements."""
+    conf = lab.state / "radvd.conf"
+    conf.write_text("interface mgmt {\n  AdvSendAdvert on;\n  AdvDefaultLifetime 0;\n"
+                    "  MinRtrAdvInterval 30;\n  MaxRtrAdvInterval 60;\n};\n")
+    pid = host.spawn(["ip", "netns", "exec", lab.netns, "radvd", "--nodaemon",
+                      "-C", str(conf), "-p", str(lab.state / "radvd.pid"), "-m", "stderr"],
+                     lab.state / "radvd.log")
+    time.sleep(0.5)
+    if not host.alive(pid):
+        raise LabError(f"radvd did not start; see {lab.state / 'radvd.log'}")
+    print(f"   radvd on mgmt (router advertisements for the node firmware), pid {pid}")
+    return pid
+
+
 # --- down -------------------------------------------------------------------
 
 def lab_pids(lab: Lab) -> list[tuple[int, str]]:
@@ -273,7 +295,7 @@ def lab_pids(lab: Lab) -> list[tuple[int, str]]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             cmd = host.cmdline(int(proc.name))
-            if marker in cmd and ("qemu-system" in cmd or "ipmi_sim" in cmd
+            if marker in cmd and ("qemu-system" in cmd or "ipmi_sim" in cmd or "radvd" in cmd
                                   or "aptproxy" in cmd or "lab _exec" in cmd):
                 found.setdefault(int(proc.name), cmd.split()[0])
     return sorted(found.items(), key=lambda item: _stop_order(item[1]))

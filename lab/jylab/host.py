@@ -30,6 +30,7 @@ TOOLS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "chroot": "coreutils",
+    "radvd": "radvd",
 }
 FILES = {
     "/usr/lib/ipxe/qemu/efi-virtio.rom": "ipxe-qemu",
