@@ -13,12 +13,10 @@ power-on, the phases its serial console shows and the first SSH login:
 Variants, measured side by side in one run:
 
   now     the node's boot entry as site.yml wrote it (kernel and initrd over
-          HTTP, the profile's module blacklist on the command line, OpenRC's
-          dependency cache in the image)
-  before  the boot as it was before those three: the node's GRUB file with
-          its TFTP entry as the default and no module blacklist, and the
-          image's OpenRC cache hidden (the bench edits both on the head and
-          puts them back)
+          HTTP, the profile's module blacklist on the command line)
+  before  the node's GRUB file with its TFTP entry as the default and no
+          module blacklist (the bench edits it on the head and puts it back;
+          the image's smaller initramfs is not undone)
 
 From what each boot fetched (nginx's access log and dnsmasq's TFTP log on the
 head) it takes the bytes per node, and projects how long N nodes booting at
@@ -161,18 +159,13 @@ def grub_file(node) -> str:
 
 def set_variant(lab, node, variant: str) -> None:
     """before: the node's GRUB file boots its TFTP entry with no module blacklist (a copy
-    of the file as site.yml wrote it is kept beside it) and the image's OpenRC cache is
-    hidden (init.sh copies it only when its softlevel file is there); now: both put back."""
+    of the file as site.yml wrote it is kept beside it); now: the copy is put back."""
     path = grub_file(node)
-    image = lab.ssh(f"sed -n 's/.*nfsroot=[^:]*:\\([^,]*\\),.*/\\1/p' {path} | head -n 1")
-    cache = f"{image.stdout.strip()}/usr/lib/rc/cache/softlevel"
     if variant == "before":
         cmd = (f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
-               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' {path} && "
-               f"if [ -e {cache} ]; then mv {cache} {cache}.bench; fi")
+               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' {path}")
     else:
-        cmd = (f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi; "
-               f"if [ -e {cache}.bench ]; then mv {cache}.bench {cache}; fi")
+        cmd = f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi"
     res = lab.ssh(cmd)
     if res.returncode != 0:
         raise SystemExit(f"lab_boot: cannot set {node.name}'s GRUB file to {variant}: "
@@ -187,8 +180,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--variants", default="now,before",
-                    help="comma-separated: now (as deployed), before (TFTP, no blacklist, "
-                         "no OpenRC cache)")
+                    help="comma-separated: now (as deployed), before (TFTP, no blacklist)")
     ap.add_argument("--nodes", default="", help="comma-separated node names (default: all)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-image", action="store_true")
