@@ -596,7 +596,7 @@ def parse_cmdline(text):
     """``/proc/cmdline`` -> ``{"node", "image", "image_name", "image_version"}``."""
     out = {"node": None, "image": None, "image_name": None, "image_version": None}
     for word in (text or "").split():
-        key, _, value = word.partition("=")
+        key, _sep, value = word.partition("=")
         if key == "junkyard.node":
             out["node"] = value
         elif key == "junkyard.image":

@@ -203,7 +203,6 @@ rejected:
 """
 
 
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(

@@ -123,7 +123,7 @@ def main():
     if reasons and not module.check_mode:
         pkill = module.get_bin_path("pkill", required=True)
         for name in p["stop_processes"]:
-            rc, _, _ = module.run_command([pkill, "-TERM", "-x", name])
+            rc, _out, _err = module.run_command([pkill, "-TERM", "-x", name])
             if rc == 0:
                 stopped.append(name)
     module.exit_json(changed=bool(stopped), sample=sample, stop_reasons=reasons, stopped=stopped)

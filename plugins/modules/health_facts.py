@@ -132,7 +132,7 @@ def probe(paths, timeout):
             # One shared deadline; a process that has already ended is read
             # without waiting, even after the deadline has passed.
             wait = None if proc.poll() is not None else max(0.05, deadline - time.monotonic())
-            _, err = proc.communicate(timeout=wait)
+            _out, err = proc.communicate(timeout=wait)
             elapsed = round(time.monotonic() - start, 3)
             if proc.returncode == 0:
                 results[path] = (True, None, elapsed)

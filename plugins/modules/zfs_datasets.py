@@ -157,8 +157,8 @@ def main():
 
     module.exit_json(
         changed=changed,
-        created=[n for n, _ in to_create],
-        updated={n: p for n, p in to_set},
+        created=[n for n, _props in to_create],
+        updated=dict(to_set),
         unlisted=unlisted(wanted, existing),
         create_only_drift=[list(x) for x in drift],
         commands=commands,
