@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The head layer's re-run time with 6 and with 600 nodes in the inventory, side by side.
 
 The head layer is what site.yml runs on the storage head: playbooks/storage.yml

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Node boot time per phase on the running lab, and a boot-storm projection.
 
 Needs a lab on which site.yml has run (`make lab`).  For each node and each

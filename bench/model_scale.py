@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """How the cluster model's cost grows with the number of nodes.
 
 Generates inventories of 6 and 600 nodes (the lab's schema, addresses in a

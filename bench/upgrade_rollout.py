@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Time an image-version upgrade (canary + waves) and its rollback, and how they grow with
 the node count.
 
@@ -154,12 +154,12 @@ def plan_cost(sizes: list[int], workdir: Path) -> dict[int, float]:
         state = workdir / f"state-{size}.yml"
         state.unlink(missing_ok=True)
         took, rc, _out = run([tool, "-i", str(inv / "hosts.yml"),
-                           str(REPO / "playbooks" / "upgrade_rocm.yml"), "--check",
-                           "-e", "version=bench-plan", "-e", "upgrade_serial=8",
-                           "-e", "ansible_connection=local",
-                           "-e", f"ansible_python_interpreter={sys.executable}",
-                           "-e", f"upgrade_state_file={state}"],
-                          env, workdir / f"plan-{size}.log")
+                              str(REPO / "playbooks" / "upgrade_rocm.yml"), "--check",
+                              "-e", "version=bench-plan", "-e", "upgrade_serial=8",
+                              "-e", "ansible_connection=local",
+                              "-e", f"ansible_python_interpreter={sys.executable}",
+                              "-e", f"upgrade_state_file={state}"],
+                             env, workdir / f"plan-{size}.log")
         if rc != 0:
             raise SystemExit(f"upgrade_rollout: the {size}-node plan failed (exit {rc})")
         out[size] = took

@@ -5,23 +5,6 @@
 from ansible.errors import AnsibleFilterError
 from ansible_collections.junkyard.cluster.plugins.module_utils import health as h
 
-DOCUMENTATION = r"""
-name: health
-short_description: Build the cluster health report and the burn-in verdict
-description:
-  - C(health_report(hosts, model, thresholds)) builds the report from what
-    C(playbooks/health_report.yml) registered per node; a node whose results
-    are unreachable, or missing, is reported unreachable.
-  - C(health_collect(hostvars, names, {key: var})) picks each node's registered results.
-  - C(health_markdown(report)) and C(health_summary(report)) render it.
-  - C(health_expected_mounts(model, node)) lists the mounts a node must have.
-  - C(health_dimm_labels(labels)) normalises a profile's C(memory.dimm_labels).
-  - C(health_label_files(profiles, boards)) lists the rasdaemon label files to write.
-  - C(health_burn_in_verdict(before, after, samples, limit, stress, gpu_expected)).
-  - C(verdict | health_burn_in_markdown(node, settings)) renders a verdict.
-  - C(health_parse_prometheus(text)) parses Prometheus text exposition.
-"""
-
 
 def _wrap(fn):
     def inner(*args, **kwargs):

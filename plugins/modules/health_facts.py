@@ -2,20 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import subprocess
-import time
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
-    FAN_TEXTFILE,
-    HealthError,
-    check_mount_table,
-    parse_cmdline,
-    parse_mounts,
-    parse_uptime,
-    read_fan_metrics,
-)
-
 DOCUMENTATION = r"""
 module: health_facts
 short_description: What a live node says about its own health (image, uptime, mounts, fan daemon)
@@ -36,8 +22,9 @@ attributes:
     description: Reads only, in check mode too.
   diff_mode:
     support: none
+    description: Nothing on the node changes, so there is nothing to diff.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   mounts:
     description: Mounts the node must have (filter C(junkyard.cluster.health_expected_mounts)).
@@ -105,6 +92,21 @@ health:
         C(gpu_power_w), C(fan_duty_percent), C(zone_state), C(psu_failed), C(alarms), ...).
       type: dict
 """
+
+
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
+    FAN_TEXTFILE,
+    HealthError,
+    check_mount_table,
+    parse_cmdline,
+    parse_mounts,
+    parse_uptime,
+    read_fan_metrics,
+)
 
 
 def _read(path):

@@ -99,7 +99,8 @@ def test_exportfs_failure_restores_previous_file(tmp_path):
 
 def test_exportfs_failure_on_new_file_removes_it(tmp_path):
     res, _unused = run_module(nfs_exports.main, args(tmp_path),
-                        [Cmd(EXPORTFS, rc=1, err="bad\n"), Cmd(EXPORTFS, rc=1, err="worse\n")])
+                              [Cmd(EXPORTFS, rc=1, err="bad\n"),
+                               Cmd(EXPORTFS, rc=1, err="worse\n")])
     assert res["failed"] is True
     assert res["msg"].endswith("the previous file was restored, but exportfs -ra failed "
                                "again: worse")

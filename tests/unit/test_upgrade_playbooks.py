@@ -110,14 +110,14 @@ def test_prune_refuses_a_booted_version(tmp_path):
     state["images"] = {"bookworm-rocm": dict(PROMOTED["images"]["bookworm-rocm"], versions={
         **PROMOTED["images"]["bookworm-rocm"]["versions"], "2026.10.1": {"origin": None}})}
     proc, _unused = run("prune_images.yml", tmp_path, "-e", "versions=2026.10.1", state=state,
-                  check=False)
+                        check=False)
     assert proc.returncode != 0
     assert "nothing was pruned: 2026.10.1 is booted by gpu03" in proc.stdout + proc.stderr
 
 
 def test_upgrade_refuses_a_render_role_the_collection_lacks(tmp_path):
     proc, _unused = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1", "-e",
-                  '{"image_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
+                        '{"image_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
     assert proc.returncode != 0
     assert "junkyard.cluster.nope (tasks_from main) is not in this collection" in proc.stdout
 
