@@ -90,7 +90,7 @@ ecc:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import (
     DEFAULT_MEMORY_MC_PATTERN,
     HealthError,
     ecc_summary,

@@ -87,12 +87,14 @@ stopped:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_assess import (
+    burn_in_stop_reasons,
+    error_count,
+)
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import (
     FAN_TEXTFILE,
     HealthError,
-    burn_in_stop_reasons,
     ecc_summary,
-    error_count,
     read_edac,
     read_fan_metrics,
     read_rasdaemon_db,

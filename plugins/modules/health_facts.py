@@ -98,10 +98,12 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_assess import (
+    check_mount_table,
+)
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import (
     FAN_TEXTFILE,
     HealthError,
-    check_mount_table,
     parse_cmdline,
     parse_mounts,
     parse_uptime,
