@@ -31,6 +31,7 @@ import math
 import os
 import re
 import sqlite3
+import subprocess
 import time
 
 DAY = 86400
@@ -580,3 +581,43 @@ def parse_mounts(text):
         point = parts[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
         out[point] = {"source": parts[0], "fstype": parts[2], "options": parts[3]}
     return out
+
+
+def probe(paths, timeout):
+    """Run ``stat -f`` on every path at once; ``{path: (ok, error, elapsed)}``.
+
+    Every path gets its own process and all of them share one deadline: a mount
+    whose NFS server is gone blocks ``stat`` forever (in the kernel, where no
+    signal reaches it), so each one runs apart and is abandoned when the
+    deadline passes, and the caller still returns.  (``AnsibleModule.run_command``
+    runs one command at a time and cannot give up on it.)
+    """
+    start = time.monotonic()
+    procs = {}
+    for path in paths:
+        try:
+            procs[path] = subprocess.Popen(["stat", "-f", "--", path], stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as err:
+            procs[path] = err
+    results = {}
+    deadline = start + timeout
+    for path, proc in procs.items():
+        if isinstance(proc, OSError):
+            results[path] = (False, f"cannot run stat: {proc}", 0.0)
+            continue
+        try:
+            # One shared deadline; a process that has already ended is read
+            # without waiting, even after the deadline has passed.
+            wait = None if proc.poll() is not None else max(0.05, deadline - time.monotonic())
+            _out, err = proc.communicate(timeout=wait)
+            elapsed = round(time.monotonic() - start, 3)
+            if proc.returncode == 0:
+                results[path] = (True, None, elapsed)
+            else:
+                msg = err.decode(errors="replace").strip() or f"rc {proc.returncode}"
+                results[path] = (False, msg, elapsed)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            results[path] = (False, f"no answer within {timeout:g} s", round(timeout, 3))
+    return results

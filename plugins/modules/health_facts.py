@@ -94,9 +94,6 @@ health:
 """
 
 
-import subprocess
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.junkyard.cluster.plugins.module_utils.health_assess import (
     check_mount_table,
@@ -107,6 +104,7 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers im
     parse_cmdline,
     parse_mounts,
     parse_uptime,
+    probe,
     read_fan_metrics,
 )
 
@@ -114,39 +112,6 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers im
 def _read(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
-
-
-def probe(paths, timeout):
-    """Run ``stat -f`` on every path at once; ``{path: (ok, error, elapsed)}``."""
-    start = time.monotonic()
-    procs = {}
-    for path in paths:
-        try:
-            procs[path] = subprocess.Popen(["stat", "-f", "--", path], stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        except OSError as err:
-            procs[path] = err
-    results = {}
-    deadline = start + timeout
-    for path, proc in procs.items():
-        if isinstance(proc, OSError):
-            results[path] = (False, f"cannot run stat: {proc}", 0.0)
-            continue
-        try:
-            # One shared deadline; a process that has already ended is read
-            # without waiting, even after the deadline has passed.
-            wait = None if proc.poll() is not None else max(0.05, deadline - time.monotonic())
-            _out, err = proc.communicate(timeout=wait)
-            elapsed = round(time.monotonic() - start, 3)
-            if proc.returncode == 0:
-                results[path] = (True, None, elapsed)
-            else:
-                msg = err.decode(errors="replace").strip() or f"rc {proc.returncode}"
-                results[path] = (False, msg, elapsed)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            results[path] = (False, f"no answer within {timeout:g} s", round(timeout, 3))
-    return results
 
 
 def main():
