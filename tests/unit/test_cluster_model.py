@@ -73,7 +73,7 @@ def test_boot_server_and_module_blacklist_reach_the_boot_entry():
     assert words[-1] == "modprobe.blacklist=floppy,pcspkr"
     assert sum(w.startswith("modprobe.blacklist=") for w in words) == 1
     del data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_module_blacklist"]
-    model, _ = build_model(data)
+    model, _unused = build_model(data)
     assert not any(w.startswith("modprobe.blacklist=")
                    for w in model["nodes"][0]["boot"]["cmdline"].split())
 
