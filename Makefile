@@ -26,10 +26,10 @@ APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
 # tests/sanity/pip_bootstrap.py in place of the pip bootstrap script ansible-test
 # would download from a host CI cannot reach; the sanity virtual environments
 # it then builds (pinned by ansible-test) come from PyPI and are kept in that
-# HOME for the next run.
+# HOME for the next run (SANITY_HOME=<dir> keeps them outside the checkout).
 SANITY_PYTHON := 3.11
 SANITY_ROOT := .cache/sanity/ansible_collections/junkyard/cluster
-SANITY_HOME := $(abspath .cache/ansible-test-home)
+SANITY_HOME ?= .cache/ansible-test-home
 
 .PHONY: help setup lint sanity test test-fast build-test-image lab lab-down collection clean
 
@@ -69,7 +69,7 @@ lint: setup
 	$(MAKE) --no-print-directory sanity
 
 sanity: setup
-	@rm -rf .cache/sanity && mkdir -p $(SANITY_ROOT) $(SANITY_HOME)/.ansible/test/cache
+	@rm -rf .cache/sanity && mkdir -p $(SANITY_ROOT) $(abspath $(SANITY_HOME))/.ansible/test/cache
 	git ls-files -z --cached --others --exclude-standard \
 	  | rsync -a --from0 --files-from=- --ignore-missing-args ./ $(SANITY_ROOT)/
 	@# its own (empty) git repository: ansible-test lists the files through the
@@ -78,8 +78,8 @@ sanity: setup
 	@pip=$$($(PY) -c "from types import SimpleNamespace as N; \
 	  from ansible_test._internal.python_requirements import get_venv_packages as g; \
 	  print(g(N(version='$(SANITY_PYTHON)'))['pip'])"); \
-	cp tests/sanity/pip_bootstrap.py "$(SANITY_HOME)/.ansible/test/cache/get_pip_$${pip//./_}.py"
-	cd $(SANITY_ROOT) && HOME=$(SANITY_HOME) $(abspath $(BIN))/ansible-test sanity --local \
+	cp tests/sanity/pip_bootstrap.py "$(abspath $(SANITY_HOME))/.ansible/test/cache/get_pip_$${pip//./_}.py"
+	cd $(SANITY_ROOT) && HOME=$(abspath $(SANITY_HOME)) $(abspath $(BIN))/ansible-test sanity --local \
 	  --python $(SANITY_PYTHON)
 
 collection: setup
