@@ -94,7 +94,7 @@ def test_initramfs_modules_are_every_booting_profiles_or_none():
     assert errors == [] and model["initramfs_modules"] is None
     # a profile no node boots with does not count
     data["nodes"]["node02"]["node_profile"] = "lab-vm"
-    model, _ = build_model(data)
+    model, _unused = build_model(data)
     assert model["initramfs_modules"] == ["virtio_net", "virtio_pci"]
 
 
