@@ -19,12 +19,25 @@ APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
 	iproute2 bridge-utils stress-ng \
 	$(shell sed 's/#.*//' lab/host-packages.txt)
 
-.PHONY: help setup lint test test-fast build-test-image lab lab-down collection clean
+# ansible-test sanity, the checks every collection on Galaxy is held to.  It
+# must run from a directory named ansible_collections/<namespace>/<name>, so it
+# runs on a copy of the working tree (tracked and new files, not ignored ones)
+# under .cache, in a git repository of its own.  Offline: with --local, and a HOME of its own whose cache holds
+# tests/sanity/pip_bootstrap.py in place of the pip bootstrap script ansible-test
+# would download from a host CI cannot reach; the sanity virtual environments
+# it then builds (pinned by ansible-test) come from PyPI and are kept in that
+# HOME for the next run (SANITY_HOME=<dir> keeps them outside the checkout).
+SANITY_PYTHON := 3.11
+SANITY_ROOT := .cache/sanity/ansible_collections/junkyard/cluster
+SANITY_HOME ?= .cache/ansible-test-home
+
+.PHONY: help setup lint sanity test test-fast build-test-image lab lab-down collection clean
 
 help:
 	@echo "make test   - install what is needed, lint, run every test"
 	@echo "make lab    - bring up the virtual cluster and run site.yml against it"
-	@echo "make lint   - yamllint, ansible-lint (production), ruff, shellcheck, syntax checks"
+	@echo "make lint   - yamllint, ansible-lint (production), ruff, shellcheck, syntax checks, sanity"
+	@echo "make sanity - ansible-test sanity (offline, on a copy under .cache/sanity)"
 
 .cache/apt.stamp: Makefile
 	@mkdir -p .cache
@@ -53,6 +66,21 @@ lint: setup
 	  $(BIN)/ansible-playbook -i $$inv --syntax-check site.yml >/dev/null && echo "syntax-check site.yml: $$inv ok"; \
 	done
 	$(MAKE) --no-print-directory collection
+	$(MAKE) --no-print-directory sanity
+
+sanity: setup
+	@rm -rf .cache/sanity && mkdir -p $(SANITY_ROOT) $(abspath $(SANITY_HOME))/.ansible/test/cache
+	git ls-files -z --cached --others --exclude-standard \
+	  | rsync -a --from0 --files-from=- --ignore-missing-args ./ $(SANITY_ROOT)/
+	@# its own (empty) git repository: ansible-test lists the files through the
+	@# nearest one, and this checkout's ignores .cache
+	git -C $(SANITY_ROOT) init -q
+	@pip=$$($(PY) -c "from types import SimpleNamespace as N; \
+	  from ansible_test._internal.python_requirements import get_venv_packages as g; \
+	  print(g(N(version='$(SANITY_PYTHON)'))['pip'])"); \
+	cp tests/sanity/pip_bootstrap.py "$(abspath $(SANITY_HOME))/.ansible/test/cache/get_pip_$${pip//./_}.py"
+	cd $(SANITY_ROOT) && HOME=$(abspath $(SANITY_HOME)) $(abspath $(BIN))/ansible-test sanity --local \
+	  --python $(SANITY_PYTHON)
 
 collection: setup
 	@rm -rf .cache/collection && mkdir -p .cache/collection
@@ -77,4 +105,4 @@ lab-down:
 	lab/lab down
 
 clean:
-	rm -rf .cache/collection .pytest_cache
+	rm -rf .cache/collection .cache/sanity .pytest_cache

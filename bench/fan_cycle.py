@@ -71,7 +71,7 @@ def bench_daemon(sim: BmcSim, tool: str, cycles: int, work: Path) -> tuple[list[
     times: list[float] = []
     cpu0 = cpu_now()
     writes0 = daemon.bmc.tries["write"]
-    for _ in range(cycles):
+    for _round in range(cycles):
         t0 = time.perf_counter()
         daemon.cycle()
         times.append(time.perf_counter() - t0)
@@ -86,7 +86,7 @@ def bench_naive(sim: BmcSim, cycles: int) -> tuple[list[float], float]:
     sensors = [*range(0x01, 0x09), *range(0x11, 0x19), 0x21, 0x41, 0x42]
     times: list[float] = []
     cpu0 = cpu_now()
-    for _ in range(cycles):
+    for _round in range(cycles):
         t0 = time.perf_counter()
         for n in sensors:
             subprocess.run([*base, "raw", "0x04", "0x2d", hex(n)], capture_output=True,

@@ -81,7 +81,7 @@ Shape = Callable[[float], float]  # time (s) -> watts
 def shapes() -> dict[str, tuple[float, Shape, Shape]]:
     """name -> (duration s, power at time t, inlet air at time t)."""
     rng = random.Random(SEED)
-    jitter = [rng.uniform(-12.0, 12.0) for _ in range(4000)]
+    jitter = [rng.uniform(-12.0, 12.0) for _round in range(4000)]
 
     def bursts(t: float) -> float:  # inference: 20 s of work, 40 s waiting
         return FULL_W if t % 60 < 20 else 60.0

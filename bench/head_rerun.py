@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The head layer's re-run time with 6 and with 600 nodes in the inventory, side by side.
 
 The head layer is what site.yml runs on the storage head: playbooks/storage.yml
@@ -179,7 +179,7 @@ def warning(size: int, generated: list[str], workdir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--sizes", default="6,600",
                         help="node counts to compare, smallest first (default 6,600)")
     parser.add_argument("--rounds", type=int, default=2,

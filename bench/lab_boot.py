@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Node boot time per phase on the running lab, and a boot-storm projection.
 
 Needs a lab on which site.yml has run (`make lab`).  For each node and each
@@ -64,7 +64,7 @@ def phase_times(marks: dict[str, float], login: float | None) -> dict[str, float
     a phase whose end or start was not seen is None."""
     out: dict[str, float | None] = {}
     start: float | None = 0.0
-    for name, _ in PHASES:
+    for name, _pattern in PHASES:
         end = marks.get(name)
         out[name] = end - start if end is not None and start is not None else None
         start = end

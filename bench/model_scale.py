@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """How the cluster model's cost grows with the number of nodes.
 
 Generates inventories of 6 and 600 nodes (the lab's schema, addresses in a
@@ -66,7 +66,7 @@ def main():
         for n in (6, 600):
             hosts, data = inventory(n, Path(tmp) / str(n))
             t0 = time.perf_counter()
-            for _ in range(20):
+            for _round in range(20):
                 model, errors = build_model(data)
             pure = (time.perf_counter() - t0) / 20
             assert not errors, errors

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Time an image-version upgrade (canary + waves) and its rollback, and how they grow with
 the node count.
 
@@ -153,13 +153,13 @@ def plan_cost(sizes: list[int], workdir: Path) -> dict[int, float]:
         head_rerun.generate(size, inv)
         state = workdir / f"state-{size}.yml"
         state.unlink(missing_ok=True)
-        took, rc, _ = run([tool, "-i", str(inv / "hosts.yml"),
-                           str(REPO / "playbooks" / "upgrade_rocm.yml"), "--check",
-                           "-e", "version=bench-plan", "-e", "upgrade_serial=8",
-                           "-e", "ansible_connection=local",
-                           "-e", f"ansible_python_interpreter={sys.executable}",
-                           "-e", f"upgrade_state_file={state}"],
-                          env, workdir / f"plan-{size}.log")
+        took, rc, _out = run([tool, "-i", str(inv / "hosts.yml"),
+                              str(REPO / "playbooks" / "upgrade_rocm.yml"), "--check",
+                              "-e", "version=bench-plan", "-e", "upgrade_serial=8",
+                              "-e", "ansible_connection=local",
+                              "-e", f"ansible_python_interpreter={sys.executable}",
+                              "-e", f"upgrade_state_file={state}"],
+                             env, workdir / f"plan-{size}.log")
         if rc != 0:
             raise SystemExit(f"upgrade_rollout: the {size}-node plan failed (exit {rc})")
         out[size] = took
@@ -189,7 +189,7 @@ def projection(upgrade: dict, plans: dict[int, float], sizes: list[int],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--lab", action="store_true",
                         help="also run the upgrade, rollback and prune on the running lab")
     parser.add_argument("--yes", action="store_true",

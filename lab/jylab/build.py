@@ -82,7 +82,7 @@ def ensure_head(lab: Lab) -> tuple[Path, bool]:
 def manifest(path: Path) -> dict[str, str]:
     out = {}
     for line in (path / "manifest").read_text().splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         out[key] = value
     return out
 

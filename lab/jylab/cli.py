@@ -74,7 +74,7 @@ def vm_pid(lab: Lab, name: str) -> int | None:
 
 def running(lab: Lab) -> bool:
     st = read_state(lab)
-    pids = [p for p in st.get("pids", {}).values()]
+    pids = list(st.get("pids", {}).values())
     return any(host.alive(p) for p in pids) or (
         bool(st) and host.netns_exists(st.get("netns", lab.netns)))
 

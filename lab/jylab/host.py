@@ -93,7 +93,7 @@ def check_ports(ports: dict[str, tuple[int, int]]) -> None:
 
 
 def run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
-    res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
     if check and res.returncode != 0:
         raise LabError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
     return res

@@ -23,7 +23,7 @@ def main() -> int:
     sel.register(sock, selectors.EVENT_READ, "sock")
     open_dirs = 2
     while open_dirs:
-        for key, _ in sel.select():
+        for key, _events in sel.select():
             if key.data == "in":
                 data = os.read(0, 65536)
                 if data:

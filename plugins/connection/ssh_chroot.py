@@ -4,15 +4,6 @@
 
 from __future__ import annotations
 
-import posixpath
-import shlex
-import sys
-
-import yaml
-from ansible.errors import AnsibleConnectionFailure, AnsibleError
-from ansible.plugins.connection import ssh as _ssh
-from ansible.utils.display import Display
-
 DOCUMENTATION = r"""
 name: ssh_chroot
 short_description: Run tasks inside a chroot on a remote host reached over SSH
@@ -37,7 +28,7 @@ description:
     C(JUNKYARD_CHROOT_ROOT) (the image path on the host), which scripts in the
     image can test before touching anything that belongs to a running system.
   - Connect as root; become is not supported (chroot needs root on the host).
-author: junkyard.cluster developers
+author: junkyard.cluster developers (!UNKNOWN)
 version_added: 0.1.0
 options:
   chroot_root:
@@ -88,6 +79,16 @@ EXAMPLES = r"""
     ansible_chroot_root: /tank/images/bookworm/v1
     ansible_remote_tmp: /tmp/.ansible
 """
+
+
+import posixpath
+import shlex
+import sys
+
+import yaml
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.plugins.connection import ssh as _ssh
+from ansible.utils.display import Display
 
 display = Display()
 

@@ -13,23 +13,6 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-DOCUMENTATION = r"""
-name: image
-short_description: Boot-time tables of the node image, rendered from the cluster model
-description:
-  - C(junkyard_image_builds) lists every image version to build (images and
-    versions named by nodes, plus each image's current version) with its
-    dataset, path and suite.
-  - C(junkyard_writable_table) renders the writable-path table the initramfs
-    reads (one file for all nodes).
-  - C(junkyard_datanet_table) renders the data-interface table (node, MAC,
-    address/prefix, MTU) for all nodes.
-  - C(junkyard_data_mounts) lists the science-data NFS mounts (source, path).
-  - C(junkyard_uncovered_paths) returns the paths of a list that no writable
-    path covers.
-author: junkyard.cluster developers
-"""
-
 _SIZE_RE = re.compile(r"^[0-9]+[kKmMgG%]?$")
 _FIELD_RE = re.compile(r"^\S+$")
 

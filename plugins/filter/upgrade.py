@@ -8,25 +8,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan as up
 
-DOCUMENTATION = r"""
-name: upgrade
-short_description: Plan image-version moves (upgrade canary and waves, rollback, prune)
-description:
-  - C(upgrade_context(hostvars, nodes, cluster_images, state)) collects what the planner needs
-    (each node's image, the inventory pins C(node_image_version), and the image state; the
-    playbooks pass C(cluster_model.image_state), the state the cluster model read on the head).
-  - C(upgrade_plan(ctx, image, version, canary, serial)), C(upgrade_rollback_plan(ctx, image,
-    nodes, serial)), C(upgrade_prune_plan(ctx, image, versions)) return plans;
-    C(upgrade_describe(plan)) the lines an operator reads.
-  - C(upgrade_state_moved), C(upgrade_state_recorded), C(upgrade_state_promoted),
-    C(upgrade_state_pruned) return the
-    image state after a step, to be written to the head.
-  - C(upgrade_prune_steps(dataset, zfs_origins, zfs_txg)) the ZFS promote/destroy steps.
-  - C(upgrade_effective_versions(ctx)) which version every node boots, and why;
-    C(upgrade_progress(plan, verified)) how far a rollout got.
-author: junkyard.cluster developers
-"""
-
 
 def _wrap(func):
     def inner(*args, **kwargs):

@@ -561,7 +561,7 @@ def build_model(data):
            [(n["name"], "node_bmc.address:port", f"{n['bmc']['address']}:{n['bmc']['port']}")
             for n in nodes if n["bmc"]["address"]])
     lower = {}
-    for h, _ in everyone:
+    for h, _node in everyone:
         key = str(h).lower()
         if key in lower:
             err.add(h, "inventory_hostname", h, f"duplicates host {lower[key]}")

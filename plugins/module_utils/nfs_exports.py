@@ -95,7 +95,7 @@ def check_host(host: str, where: str) -> str:
         return host
     try:
         if "/" in host:
-            addr, _, mask = host.partition("/")
+            addr, _sep, mask = host.partition("/")
             if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", mask):
                 ipaddress.IPv4Network(f"{addr}/{mask}", strict=False)
             else:

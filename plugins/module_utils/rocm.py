@@ -25,7 +25,7 @@ def gfx_of(value):
     """'gfx908:sramecc+:xnack-' or 'amdgcn-amd-amdhsa--gfx908:...' -> 'gfx908' (else None)."""
     if not value:
         return None
-    value = str(value).strip().split("--")[-1].split(":")[0].lower()
+    value = str(value).strip().rsplit("--", maxsplit=1)[-1].split(":", maxsplit=1)[0].lower()
     return value if GFX_RE.match(value) else None
 
 
@@ -198,7 +198,7 @@ def _json(text, tool):
 
 def _int(value):
     try:
-        return int(str(value).split("(")[0].strip())
+        return int(str(value).split("(", maxsplit=1)[0].strip())
     except (TypeError, ValueError):
         return None
 

@@ -102,7 +102,7 @@ def plan(wanted, existing, current):
     validate(wanted)
     to_create, to_set, drift = [], [], []
     for ds in sorted(wanted, key=lambda d: (d["name"].count("/"), d["name"])):
-        name, props = ds["name"], {k: v for k, v in (ds.get("properties") or {}).items()}
+        name, props = ds["name"], dict(ds.get("properties") or {})
         if name not in existing:
             to_create.append((name, props))
             continue

@@ -302,7 +302,7 @@ def parse_get(text: str) -> dict:
     props = {}
     for line in text.splitlines():
         if line.strip():
-            key, _, value = line.partition("\t")
+            key, _sep, value = line.partition("\t")
             props[key] = value
     return props
 

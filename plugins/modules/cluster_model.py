@@ -27,9 +27,11 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Validates and derives on the controller only; the same in check mode.
   diff_mode:
     support: none
-author: junkyard.cluster developers
+    description: Nothing changes, so there is nothing to diff.
+author: junkyard.cluster developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -2,13 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.draid import (
-    PlanError,
-    format_table,
-    plan,
-)
-
 DOCUMENTATION = r"""
 module: draid_plan
 short_description: Compare dRAID layouts for a set of disks and recommend one
@@ -40,7 +33,7 @@ attributes:
     support: none
     description: Nothing changes, so there is nothing to diff.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   disk_count:
     description: Number of disks available for dRAID.
@@ -202,6 +195,13 @@ rejected:
   elements: dict
 """
 
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.draid import (
+    PlanError,
+    format_table,
+    plan,
+)
 
 
 def main():

@@ -2,17 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import time
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
-    DEFAULT_MEMORY_MC_PATTERN,
-    HealthError,
-    ecc_summary,
-    read_edac,
-    read_rasdaemon_db,
-)
-
 DOCUMENTATION = r"""
 module: ecc_facts
 short_description: Corrected and uncorrected memory errors per DIMM label on a node
@@ -35,8 +24,9 @@ attributes:
     description: Reads only, in check mode too.
   diff_mode:
     support: none
+    description: Nothing on the node changes, so there is nothing to diff.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   db_path:
     description: rasdaemon's database. A missing file means no recorded events.
@@ -95,6 +85,18 @@ ecc:
       description: Uncorrected errors since boot over all memory controllers.
       type: int
 """
+
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import (
+    DEFAULT_MEMORY_MC_PATTERN,
+    HealthError,
+    ecc_summary,
+    read_edac,
+    read_rasdaemon_db,
+)
 
 
 def main():

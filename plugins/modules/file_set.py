@@ -4,19 +4,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.file_set import (
-    FileSetError,
-    apply,
-    check_pattern,
-    diff,
-    normalise_files,
-    parse_mode,
-    plan,
-    resolve_group,
-    resolve_user,
-)
-
 DOCUMENTATION = r"""
 ---
 module: file_set
@@ -81,7 +68,7 @@ options:
     type: str
   prune_pattern:
     description:
-      - A glob (M(fnmatch) syntax, case-sensitive, no slash) of the file names this set
+      - A glob (Python C(fnmatch) syntax, case-sensitive, no slash) of the file names this set
         owns. Entries of O(path) that match it and are not in O(files) are removed.
       - Unset, nothing is removed.
     type: str
@@ -101,7 +88,7 @@ seealso:
   - module: ansible.builtin.template
   - module: ansible.builtin.copy
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -161,6 +148,20 @@ skipped:
   type: list
   elements: str
 """
+
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.file_set import (
+    FileSetError,
+    apply,
+    check_pattern,
+    diff,
+    normalise_files,
+    parse_mode,
+    plan,
+    resolve_group,
+    resolve_user,
+)
 
 
 def main():

@@ -2,20 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import time
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
-    FAN_TEXTFILE,
-    HealthError,
-    burn_in_stop_reasons,
-    ecc_summary,
-    error_count,
-    read_edac,
-    read_fan_metrics,
-    read_rasdaemon_db,
-)
-
 DOCUMENTATION = r"""
 module: health_burn_in_sample
 short_description: One sample of a burn-in run; stops the load when a limit is crossed
@@ -34,8 +20,9 @@ attributes:
     description: Samples, and reports what it would stop, but sends no signal.
   diff_mode:
     support: none
+    description: Nothing on the node changes, so there is nothing to diff.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   fan_metrics_path:
     description: The fan daemon's Prometheus textfile.
@@ -97,6 +84,23 @@ stopped:
 """
 
 
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_assess import (
+    burn_in_stop_reasons,
+    error_count,
+)
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import (
+    FAN_TEXTFILE,
+    HealthError,
+    ecc_summary,
+    read_edac,
+    read_fan_metrics,
+    read_rasdaemon_db,
+)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -123,7 +127,7 @@ def main():
     if reasons and not module.check_mode:
         pkill = module.get_bin_path("pkill", required=True)
         for name in p["stop_processes"]:
-            rc, _, _ = module.run_command([pkill, "-TERM", "-x", name])
+            rc, _out, _err = module.run_command([pkill, "-TERM", "-x", name])
             if rc == 0:
                 stopped.append(name)
     module.exit_json(changed=bool(stopped), sample=sample, stop_reasons=reasons, stopped=stopped)

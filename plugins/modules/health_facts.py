@@ -2,20 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import subprocess
-import time
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.health import (
-    FAN_TEXTFILE,
-    HealthError,
-    check_mount_table,
-    parse_cmdline,
-    parse_mounts,
-    parse_uptime,
-    read_fan_metrics,
-)
-
 DOCUMENTATION = r"""
 module: health_facts
 short_description: What a live node says about its own health (image, uptime, mounts, fan daemon)
@@ -36,8 +22,9 @@ attributes:
     description: Reads only, in check mode too.
   diff_mode:
     support: none
+    description: Nothing on the node changes, so there is nothing to diff.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   mounts:
     description: Mounts the node must have (filter C(junkyard.cluster.health_expected_mounts)).
@@ -107,42 +94,24 @@ health:
 """
 
 
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_assess import (
+    check_mount_table,
+)
+from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import (
+    FAN_TEXTFILE,
+    HealthError,
+    parse_cmdline,
+    parse_mounts,
+    parse_uptime,
+    probe,
+    read_fan_metrics,
+)
+
+
 def _read(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
-
-
-def probe(paths, timeout):
-    """Run ``stat -f`` on every path at once; ``{path: (ok, error, elapsed)}``."""
-    start = time.monotonic()
-    procs = {}
-    for path in paths:
-        try:
-            procs[path] = subprocess.Popen(["stat", "-f", "--", path], stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        except OSError as err:
-            procs[path] = err
-    results = {}
-    deadline = start + timeout
-    for path, proc in procs.items():
-        if isinstance(proc, OSError):
-            results[path] = (False, f"cannot run stat: {proc}", 0.0)
-            continue
-        try:
-            # One shared deadline; a process that has already ended is read
-            # without waiting, even after the deadline has passed.
-            wait = None if proc.poll() is not None else max(0.05, deadline - time.monotonic())
-            _, err = proc.communicate(timeout=wait)
-            elapsed = round(time.monotonic() - start, 3)
-            if proc.returncode == 0:
-                results[path] = (True, None, elapsed)
-            else:
-                msg = err.decode(errors="replace").strip() or f"rc {proc.returncode}"
-                results[path] = (False, msg, elapsed)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            results[path] = (False, f"no answer within {timeout:g} s", round(timeout, 3))
-    return results
 
 
 def main():

@@ -2,17 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import os
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.nfs_exports import (
-    ExportError,
-    check_name,
-    normalise,
-    render,
-)
-
 DOCUMENTATION = r"""
 module: nfs_exports
 short_description: Write one /etc/exports.d file for many exports and apply it with exportfs -ra
@@ -44,7 +33,7 @@ attributes:
     support: full
     description: Before and after content of the exports file.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   name:
     description: File stem; the file is C(<exports_dir>/<name>.exports).
@@ -133,6 +122,18 @@ exportfs_stderr:
   returned: when exportfs ran
   type: str
 """
+
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.nfs_exports import (
+    ExportError,
+    check_name,
+    normalise,
+    render,
+)
 
 
 class NfsExports:

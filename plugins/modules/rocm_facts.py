@@ -2,19 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.rocm import (
-    check_gpus,
-    check_hip,
-    parse_amd_smi_static,
-    parse_hip_check,
-    parse_modinfo_filename,
-    parse_rocm_smi_json,
-    parse_rocminfo,
-)
-
 DOCUMENTATION = r"""
 module: rocm_facts
 short_description: Report a node's AMD GPUs as ROCm sees them and compare them with its profile
@@ -36,8 +23,9 @@ attributes:
     description: Only reads; runs the same read-only commands in check mode.
   diff_mode:
     support: none
+    description: Nothing on the node changes, so there is nothing to diff.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   expected_gpu_count:
     description: GPUs the hardware profile says the node has. Omit to only report.
@@ -102,6 +90,20 @@ problems:
   type: list
   elements: str
 """
+
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.rocm import (
+    check_gpus,
+    check_hip,
+    parse_amd_smi_static,
+    parse_hip_check,
+    parse_modinfo_filename,
+    parse_rocm_smi_json,
+    parse_rocminfo,
+)
 
 
 def kernel_release():

@@ -4,18 +4,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_datasets import (
-    DatasetError,
-    create_argv,
-    parse_get,
-    parse_list,
-    plan,
-    set_argv,
-    unlisted,
-    validate,
-)
-
 DOCUMENTATION = r"""
 ---
 module: zfs_datasets
@@ -56,7 +44,7 @@ options:
         description: ZFS properties; sizes may be given as C(1M), C(128K).
         type: dict
         default: {}
-author: junkyard.cluster developers
+author: junkyard.cluster developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -96,6 +84,19 @@ commands:
   type: list
   elements: list
 """
+
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_datasets import (
+    DatasetError,
+    create_argv,
+    parse_get,
+    parse_list,
+    plan,
+    set_argv,
+    unlisted,
+    validate,
+)
 
 
 def _run(module, argv):
@@ -157,8 +158,8 @@ def main():
 
     module.exit_json(
         changed=changed,
-        created=[n for n, _ in to_create],
-        updated={n: p for n, p in to_set},
+        created=[n for n, _props in to_create],
+        updated=dict(to_set),
         unlisted=unlisted(wanted, existing),
         create_only_drift=[list(x) for x in drift],
         commands=commands,

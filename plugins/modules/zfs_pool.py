@@ -2,26 +2,6 @@
 # Copyright (c) 2026, junkyard.cluster developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.formatters import human_to_bytes
-from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_pool import (
-    CLASSES,
-    LayoutError,
-    create_argv,
-    desired_layout,
-    layout_as_list,
-    layout_differences,
-    parse_get,
-    parse_lsblk_partitions,
-    parse_status,
-    parse_wipefs,
-    prop_value,
-    render_layout,
-    zdb_has_label,
-)
-
 DOCUMENTATION = r"""
 module: zfs_pool
 short_description: Create a ZFS pool (dRAID, raidz, mirror, special/log/cache) exactly once
@@ -53,7 +33,7 @@ attributes:
     support: full
     description: Before/after layout and pool properties, one vdev per line.
 author:
-  - junkyard.cluster developers
+  - junkyard.cluster developers (!UNKNOWN)
 options:
   name:
     description: Pool name.
@@ -64,7 +44,7 @@ options:
     type: list
     elements: dict
     required: true
-    suboptions:
+    suboptions: &vdev_suboptions
       type:
         description:
           - V(disk) (each listed disk is its own top-level vdev), V(mirror), V(raidz1),
@@ -100,16 +80,19 @@ options:
     type: list
     elements: dict
     default: []
+    suboptions: *vdev_suboptions
   dedup:
     description: Dedup class vdevs (same form as O(vdevs); dRAID not allowed).
     type: list
     elements: dict
     default: []
+    suboptions: *vdev_suboptions
   log:
     description: Log (SLOG) vdevs (same form as O(vdevs); dRAID not allowed).
     type: list
     elements: dict
     default: []
+    suboptions: *vdev_suboptions
   cache:
     description: L2ARC devices.
     type: list
@@ -202,6 +185,27 @@ filesystem_drift:
   type: dict
   sample: {compression: {want: zstd, have: lz4}}
 """
+
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.formatters import human_to_bytes
+from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_pool import (
+    CLASSES,
+    LayoutError,
+    create_argv,
+    desired_layout,
+    layout_as_list,
+    layout_differences,
+    parse_get,
+    parse_lsblk_partitions,
+    parse_status,
+    parse_wipefs,
+    prop_value,
+    render_layout,
+    zdb_has_label,
+)
 
 
 class ZfsPool:

@@ -96,7 +96,7 @@ class FakeTransport:
         if self.silent:
             raise BmcNoAnswer("fake: silent")
         self.sent.extend(requests)
-        return [(0, b"") for _ in requests]
+        return [(0, b"") for _req in requests]
 
     def duties(self) -> dict[int, int]:
         """fan_id -> last duty byte sent (Gigabyte set_duty layout)."""

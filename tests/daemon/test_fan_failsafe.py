@@ -65,20 +65,20 @@ def make(timings=None, **sections):
 
 
 def tick(d, clock, n=1):
-    for _ in range(n):
+    for _round in range(n):
         d.cycle()
         clock.advance(1.0)
 
 
 def test_first_cycle_writes_every_zone():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     tick(d, clock)
     assert fake.duties() == {FRONT: 25, REAR: 25, CPU: 29}
     assert [z.state for z in d.zones] == ["ok", "ok", "ok"]
 
 
 def test_unchanged_duties_are_not_rewritten_until_refresh_is_due():
-    d, fake, clock, _ = make(timings={**TIMINGS, "rewrite_every": 5})
+    d, fake, clock, _unused = make(timings={**TIMINGS, "rewrite_every": 5})
     tick(d, clock)
     sent = len(fake.sent)
     tick(d, clock, 3)
@@ -88,7 +88,7 @@ def test_unchanged_duties_are_not_rewritten_until_refresh_is_due():
 
 
 def test_missing_reading_holds_the_zone_then_fails_safe_after_the_deadline():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     fake.values["GPU5_12V_I"] = Reading(value=25.0)  # rear zone busy
     tick(d, clock)
     busy = fake.duties()[REAR]
@@ -112,7 +112,7 @@ def test_missing_reading_holds_the_zone_then_fails_safe_after_the_deadline():
 
 
 def test_implausibly_high_reading_fails_towards_cooling_at_once():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     tick(d, clock)
     assert fake.duties()[FRONT] == 25
     fake.values["GPU0_12V_I"] = Reading(value=900.0)  # no 12 V rail carries 900 A
@@ -125,7 +125,7 @@ def test_implausibly_high_reading_fails_towards_cooling_at_once():
 
 
 def test_zero_current_after_load_is_no_reading():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     for g in (4, 5, 6, 7):
         fake.values[f"GPU{g}_12V_I"] = Reading(value=22.0)
     tick(d, clock)
@@ -134,7 +134,7 @@ def test_zero_current_after_load_is_no_reading():
     for g in (4, 5, 6, 7):
         fake.values[f"GPU{g}_12V_I"] = Reading(value=0.0)  # the sensors dropped out
     seen = []
-    for _ in range(8):
+    for _round in range(8):
         tick(d, clock)
         seen.append(fake.duties()[REAR])
     assert min(seen) >= loaded  # never taken as "idle"
@@ -143,7 +143,7 @@ def test_zero_current_after_load_is_no_reading():
 
 
 def test_stale_reading_is_no_reading_even_if_retries_hide_it():
-    d, fake, clock, _ = make(timings={**TIMINGS, "stale_after": 2, "deadline": 4})
+    d, fake, clock, _unused = make(timings={**TIMINGS, "stale_after": 2, "deadline": 4})
     tick(d, clock)
     fake.values["CPU0_TEMP"] = Reading()
     tick(d, clock, 2)
@@ -155,7 +155,7 @@ def test_stale_reading_is_no_reading_even_if_retries_hide_it():
 
 
 def test_valid_input_after_failsafe_ramps_down_slowly():
-    d, fake, clock, _ = make(control={"gpu": {"ramp_down": 5}})
+    d, fake, clock, _unused = make(control={"gpu": {"ramp_down": 5}})
     tick(d, clock)
     fake.values["GPU0_12V_I"] = Reading()
     tick(d, clock, 8)
@@ -168,7 +168,7 @@ def test_valid_input_after_failsafe_ramps_down_slowly():
 
 
 def test_silent_bmc_all_zones_full_as_soon_as_it_answers():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     tick(d, clock)
     before = len(fake.sent)
     fake.silent = True
@@ -188,7 +188,7 @@ def test_silent_bmc_all_zones_full_as_soon_as_it_answers():
 
 
 def test_retries_are_bounded_and_one_good_try_is_enough():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     fake.read_fails_left = 1
     tick(d, clock)
     assert d.bmc.tries["read"] == 2
@@ -201,7 +201,7 @@ def test_retries_are_bounded_and_one_good_try_is_enough():
 
 
 def test_bad_answers_are_retried_up_to_the_limit():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
 
     def bad(_sensors):
         raise BmcBadResponse("empty")
@@ -213,7 +213,7 @@ def test_bad_answers_are_retried_up_to_the_limit():
 
 
 def test_degraded_states_are_logged_once_per_change(caplog):
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     tick(d, clock)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="junkyard_fan"):
@@ -229,7 +229,7 @@ def test_degraded_states_are_logged_once_per_change(caplog):
 
 
 def test_unhandled_error_sets_full_before_dying():
-    d, fake, _clock, _ = make()
+    d, fake, _clock, _unused = make()
     calls = []
 
     def sleep(_s):
@@ -243,7 +243,7 @@ def test_unhandled_error_sets_full_before_dying():
 
 
 def test_signal_sets_full_before_exit():
-    d, fake, _clock, _ = make()
+    d, fake, _clock, _unused = make()
 
     def sleep(_s):
         raise Shutdown(15)
@@ -254,7 +254,7 @@ def test_signal_sets_full_before_exit():
 
 
 def test_failsafe_gives_up_after_its_budget_when_the_bmc_is_gone():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     fake.silent = True
 
     def raw(_reqs):
@@ -337,7 +337,7 @@ def test_cap_from_before_a_restart_is_lifted_once_the_psus_are_healthy():
 
 def test_metrics_textfile(tmp_path):
     path = tmp_path / "fan.prom"
-    d, fake, clock, _ = make(metrics={"textfile": str(path)})
+    d, fake, clock, _unused = make(metrics={"textfile": str(path)})
     fake.values["GPU1_12V_I"] = Reading(value=10.0)
     fake.values["PSU2_STATUS"] = Reading(states=0b11)
     tick(d, clock)
@@ -357,7 +357,7 @@ def test_metrics_textfile(tmp_path):
 
 
 def test_z45_calibration_halves_the_power():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     fake.values["GPU0_12V_I"] = Reading(value=20.0)
     tick(d, clock)
     z20 = d.gpu_power_w("profile.bmc.gpu_current_sensors[0]")
@@ -375,8 +375,8 @@ def test_a_hanging_cap_command_does_not_stop_the_fans(tmp_path):
     hang = tmp_path / "hang"
     hang.write_text("#!/bin/sh\nsleep 30\n")
     hang.chmod(0o755)
-    d, fake, clock, _ = make(power_guard={"command": [str(hang), "{watts}"],
-                                          "reset_command": ["true"], "command_timeout": 1})
+    d, fake, clock, _unused = make(power_guard={"command": [str(hang), "{watts}"],
+                                                "reset_command": ["true"], "command_timeout": 1})
     d.guard = PowerGuard(d.cfg, wait=0.05)  # real subprocesses
     tick(d, clock)
     fake.values["PSU2_STATUS"] = Reading(states=0b11)
@@ -391,7 +391,7 @@ def test_a_hanging_cap_command_does_not_stop_the_fans(tmp_path):
 
 
 def test_renumbered_sdr_is_read_again():
-    d, fake, clock, _ = make()
+    d, fake, clock, _unused = make()
     tick(d, clock)
     # The BMC was reset and renumbered its sensors.
     fake.infos = [SensorInfo(i.name, i.number + 0x60, i.record_id + 100, i.discrete)

@@ -164,7 +164,7 @@ def test_retransmission_timeout_follows_the_bmc():
     r = Retransmit(None, minimum=0.05, maximum=0.66, start=0.2)
     r.done(0.02, 20)  # 1 ms per request: a fast BMC
     assert r.value == 0.05
-    for _ in range(3):
+    for _round in range(3):
         r.done(2.2, 21)  # two of three dropped: ~2 timeouts per request, shortest stays
     assert r.value == 0.05
     r.overran()  # a slow BMC: the read overran its limit

@@ -64,14 +64,14 @@ def create_db(path: Path, mc_events=(), mce_records=()):
         full = {"err_msg": "", "address": 0, "grain": 64, "syndrome": 0, "driver_detail": "",
                 "top_layer": 0, "middle_layer": 0, "lower_layer": -1, **row}
         db.execute(f"INSERT INTO mc_event ({', '.join(full)}) VALUES "
-                   f"({', '.join('?' for _ in full)})", list(full.values()))
+                   f"({', '.join('?' for _col in full)})", list(full.values()))
     for row in mce_records:
         full = {"mcgcap": 0x117, "mcgstatus": 0, "addr": 0x1234000, "misc": 0, "ip": 0,
                 "tsc": 0, "walltime": 0, "cpu": 0, "cpuid": 0xA00F11, "apicid": 0, "cs": 0,
                 "bank": 16, "cpuvendor": 2, "mcgstatus_msg": "", "user_action": "", **row}
         full["status"] = _signed64(full["status"])
         db.execute(f"INSERT INTO mce_record ({', '.join(full)}) VALUES "
-                   f"({', '.join('?' for _ in full)})", list(full.values()))
+                   f"({', '.join('?' for _col in full)})", list(full.values()))
     db.commit()
     db.close()
     return path
@@ -109,7 +109,7 @@ def edac_tree(root: Path, dimms, mc_name="F19h"):
         write(root / f"mc{mc}" / "ce_noinfo_count", "0\n")
         write(root / f"mc{mc}" / "ue_noinfo_count", "0\n")
         write(root / f"mc{mc}" / "size_mb", "65536\n")
-        for _, idx, label, location, ce, ue in mine:
+        for _mc, idx, label, location, ce, ue in mine:
             d = root / f"mc{mc}" / f"dimm{idx}"
             write(d / "dimm_label", label + "\n")
             write(d / "dimm_location", location + " \n")

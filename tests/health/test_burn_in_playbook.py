@@ -92,7 +92,7 @@ def test_new_corrected_error_fails_the_node(tmp_path):
 
 def test_hot_gpu_fails_the_node(tmp_path):
     # The fan metrics fixture reports GPU0_TEMP at 97 C.
-    r, out, verdict, _ = run(tmp_path, burn_in_gpu_temp_limit_c=95, burn_in_duration_s=2)
+    r, out, verdict, _unused = run(tmp_path, burn_in_gpu_temp_limit_c=95, burn_in_duration_s=2)
     assert r.rc != 0
     assert "GPU0_TEMP reached 97 C (limit 95 C)" in verdict["problems"]
     # The first sample of the run saw it and stopped the memory stress.

@@ -22,6 +22,6 @@ def test_probe_answers_hangs_and_errors(tmp_path, monkeypatch):
     assert res["/"][0] is True and res["/"][1] is None
     assert res["/hung/a"] == (False, "no answer within 1 s", 1.0)
     assert res["/hung/b"][1] == "no answer within 1 s"
-    ok, err, _ = res[str(tmp_path / "gone")]
+    ok, err, _unused = res[str(tmp_path / "gone")]
     assert not ok
     assert "No such file or directory" in err

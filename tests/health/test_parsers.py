@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from ansible_collections.junkyard.cluster.plugins.module_utils import health as h
+from ansible_collections.junkyard.cluster.plugins.module_utils import health_assess as ha
+from ansible_collections.junkyard.cluster.plugins.module_utils import health_labels as hl
+from ansible_collections.junkyard.cluster.plugins.module_utils import health_parsers as hp
 from junkyard_fan import metrics as fan_metrics
 from rasdaemon_fixtures import (
     DAY,
@@ -32,7 +34,7 @@ def test_edac_dimm_layout(tmp_path):
         (2, 0, "DIMM_P0_C0", "csrow 0 channel 0", 0, 2),
         (10, 0, "", "csrow 1 channel 0", 3, 0),
     ])
-    edac = h.read_edac(str(root))
+    edac = hp.read_edac(str(root))
     assert edac["present"]
     # mc10 sorts after mc2 (numeric order, not string order).
     assert [c["mc"] for c in edac["controllers"]] == [0, 1, 2, 10]
@@ -49,11 +51,11 @@ def test_edac_csrow_layout(tmp_path):
         (0, 0, {0: ("DIMM_A1", 4), 1: ("DIMM_B1", 0)}, 1),
         (0, 1, {0: ("DIMM_A1", 2), 1: ("DIMM_B1", 0)}, 0),
     ])
-    edac = h.read_edac(str(root))
+    edac = hp.read_edac(str(root))
     assert {(d["label"], d["location"], d["ce"]) for d in edac["dimms"]} == {
         ("DIMM_A1", "0.0.0", 4), ("DIMM_B1", "0.0.1", 0),
         ("DIMM_A1", "0.1.0", 2), ("DIMM_B1", "0.1.1", 0)}
-    summary = h.ecc_summary(edac, {"events": []}, now=NOW)
+    summary = hp.ecc_summary(edac, {"events": []}, now=NOW)
     a1 = next(d for d in summary["dimms"] if d["label"] == "DIMM_A1")
     # Both ranks of the DIMM add up under its label; the row's UE counts once.
     assert a1["edac"] == {"ce_boot": 6, "ue_boot": 1}
@@ -61,7 +63,7 @@ def test_edac_csrow_layout(tmp_path):
 
 
 def test_edac_absent(tmp_path):
-    edac = h.read_edac(str(tmp_path / "none"))
+    edac = hp.read_edac(str(tmp_path / "none"))
     assert edac == {"present": False, "root": str(tmp_path / "none"), "controllers": [],
                     "dimms": []}
 
@@ -69,8 +71,8 @@ def test_edac_absent(tmp_path):
 def test_edac_garbage_counter_is_a_clear_error(tmp_path):
     root = edac_tree(tmp_path / "mc", [(0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 0, 0)])
     write(root / "mc0" / "dimm0" / "dimm_ce_count", "lots\n")
-    with pytest.raises(h.HealthError, match=r"dimm0/dimm_ce_count holds 'lots'"):
-        h.read_edac(str(root))
+    with pytest.raises(hp.HealthError, match=r"dimm0/dimm_ce_count holds 'lots'"):
+        hp.read_edac(str(root))
 
 
 # --- rasdaemon's database ----------------------------------------------------
@@ -85,9 +87,9 @@ def test_rasdaemon_windows_per_label(tmp_path):
         mc_event(23 * HOUR, "DIMM_P0_C0", kind="Uncorrected"),
         mc_event(1 * HOUR, "DIMM_P0_D0", kind="Info"),     # not an error count
     ])
-    rd = h.read_rasdaemon_db(str(db))
+    rd = hp.read_rasdaemon_db(str(db))
     assert rd["present"]
-    s = h.ecc_summary({"dimms": []}, rd, now=NOW, expected_labels=LABELS)
+    s = hp.ecc_summary({"dimms": []}, rd, now=NOW, expected_labels=LABELS)
     rows = {d["label"]: d for d in s["dimms"]}
     assert [d["label"] for d in s["dimms"]] == LABELS  # inventory order, all present
     b = rows["DIMM_P0_B0"]
@@ -102,7 +104,7 @@ def test_window_edges(tmp_path):
     db = create_db(tmp_path / "db", mc_events=[
         mc_event(DAY, "X"), mc_event(DAY + 1, "X"), mc_event(7 * DAY, "X"),
         mc_event(7 * DAY + 1, "X")])
-    s = h.ecc_summary({}, h.read_rasdaemon_db(str(db)), now=NOW)
+    s = hp.ecc_summary({}, hp.read_rasdaemon_db(str(db)), now=NOW)
     x = s["dimms"][0]
     assert (x["ce_24h"], x["ce_7d"], x["ce_total"]) == (1, 3, 4)
 
@@ -117,9 +119,9 @@ def test_amd_umc_machine_checks_count(tmp_path):
         {**umc_mce(HOUR, channel=0), "bank_name": "L3 Cache", "error_msg": "L3 data error",
          "mc_location": ""},
     ])
-    rd = h.read_rasdaemon_db(str(db))
+    rd = hp.read_rasdaemon_db(str(db))
     assert {e["source"] for e in rd["events"]} == {"mce"}
-    s = h.ecc_summary({}, rd, now=NOW)
+    s = hp.ecc_summary({}, rd, now=NOW)
     rows = {d["label"]: d for d in s["dimms"]}
     assert set(rows) == {"cpu0-umc3", "cpu0-umc5"}
     assert (rows["cpu0-umc3"]["ce_24h"], rows["cpu0-umc3"]["ce_7d"]) == (2, 3)
@@ -133,7 +135,7 @@ def test_uc_bit_decides_without_a_status_message(tmp_path):
         {**umc_mce(HOUR, channel=1), "mcistatus_msg": ""},
         {**umc_mce(HOUR, channel=2, uncorrected=True), "mcistatus_msg": ""}])
     rows = {d["label"]: d for d in
-            h.ecc_summary({}, h.read_rasdaemon_db(str(db)), now=NOW)["dimms"]}
+            hp.ecc_summary({}, hp.read_rasdaemon_db(str(db)), now=NOW)["dimms"]}
     assert rows["cpu0-umc1"]["ce_total"] == 1
     assert rows["cpu0-umc2"]["ue_total"] == 1
 
@@ -144,40 +146,40 @@ def test_same_error_from_both_sources_counts_once(tmp_path):
                "label": "DIMM_P0_A0", "location": "0.0.0"},
               {"source": "mce", "id": 1, "time": NOW - 10, "kind": "ce", "count": 1,
                "label": "DIMM_P0_A0", "location": ""}]
-    s = h.ecc_summary({}, {"events": events, "present": True}, now=NOW)
+    s = hp.ecc_summary({}, {"events": events, "present": True}, now=NOW)
     assert s["dimms"][0]["ce_24h"] == 4
 
 
 def test_unlabelled_event_takes_the_edac_label_of_its_location(tmp_path):
-    edac = h.read_edac(str(edac_tree(tmp_path / "mc", [
+    edac = hp.read_edac(str(edac_tree(tmp_path / "mc", [
         (1, 0, "DIMM_P0_B0", "csrow 0 channel 0", 0, 0)])))
     db = create_db(tmp_path / "db", mc_events=[
         mc_event(HOUR, "unknown memory", mc=1, top=0, mid=0)])
-    ev = h.read_rasdaemon_db(str(db))
+    ev = hp.read_rasdaemon_db(str(db))
     assert ev["events"][0]["location"] == "1.0.0"
-    s = h.ecc_summary(edac, ev, now=NOW)
+    s = hp.ecc_summary(edac, ev, now=NOW)
     assert {d["label"]: d["ce_24h"] for d in s["dimms"]} == {"DIMM_P0_B0": 1}
 
 
 def test_edac_boot_counter_raises_the_total(tmp_path):
-    edac = h.read_edac(str(edac_tree(tmp_path / "mc", [
+    edac = hp.read_edac(str(edac_tree(tmp_path / "mc", [
         (0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 12, 0)])))
-    s = h.ecc_summary(edac, {"present": False, "events": []}, now=NOW)
+    s = hp.ecc_summary(edac, {"present": False, "events": []}, now=NOW)
     assert s["dimms"][0]["ce_total"] == 12
     assert s["controllers_ce"] == 12
     assert not s["db_present"]
 
 
 def test_missing_db_is_no_events(tmp_path):
-    rd = h.read_rasdaemon_db(str(tmp_path / "nothing.db"))
+    rd = hp.read_rasdaemon_db(str(tmp_path / "nothing.db"))
     assert rd == {"present": False, "path": str(tmp_path / "nothing.db"), "events": []}
 
 
 def test_db_that_is_not_sqlite(tmp_path):
     bad = tmp_path / "ras-mc_event.db"
     bad.write_bytes(b"this is not a database at all, just some text" * 50)
-    with pytest.raises(h.HealthError, match="is not an sqlite database"):
-        h.read_rasdaemon_db(str(bad))
+    with pytest.raises(hp.HealthError, match="is not an sqlite database"):
+        hp.read_rasdaemon_db(str(bad))
 
 
 def test_db_with_a_foreign_mc_event_table(tmp_path):
@@ -187,14 +189,14 @@ def test_db_with_a_foreign_mc_event_table(tmp_path):
     con.execute("CREATE TABLE mc_event (id INTEGER, timestamp TEXT)")
     con.commit()
     con.close()
-    with pytest.raises(h.HealthError, match=r"mc_event lacks columns .*err_count"):
-        h.read_rasdaemon_db(str(p))
+    with pytest.raises(hp.HealthError, match=r"mc_event lacks columns .*err_count"):
+        hp.read_rasdaemon_db(str(p))
 
 
 def test_db_with_a_bad_timestamp(tmp_path):
     db = create_db(tmp_path / "db", mc_events=[{**mc_event(HOUR, "X"), "timestamp": "soon"}])
-    with pytest.raises(h.HealthError, match="timestamp 'soon'"):
-        h.read_rasdaemon_db(str(db))
+    with pytest.raises(hp.HealthError, match="timestamp 'soon'"):
+        hp.read_rasdaemon_db(str(db))
 
 
 @pytest.mark.parametrize(("text", "epoch"), [
@@ -204,7 +206,7 @@ def test_db_with_a_bad_timestamp(tmp_path):
     ("2026-11-29 12:00:00", NOW),
 ])
 def test_timestamps(text, epoch):
-    assert h.parse_timestamp(text) == epoch
+    assert hp.parse_timestamp(text) == epoch
 
 
 # --- Prometheus text and the fan daemon's names -----------------------------
@@ -236,7 +238,7 @@ def daemon_text():
 
 
 def test_fan_daemon_metrics():
-    fan = h.fan_summary(h.parse_prometheus(daemon_text()))
+    fan = hp.fan_summary(hp.parse_prometheus(daemon_text()))
     assert fan["gpu_temp_c"] == {"GPU0_TEMP": 71.0, "GPU4_TEMP": 88.5}
     assert fan["cpu_temp_c"] == {"CPU0_TEMP": 55.0}
     assert fan["gpu_power_w"] == {"0": 240.0, "4": 290.0}
@@ -249,7 +251,7 @@ def test_fan_daemon_metrics():
 
 def test_every_mapped_name_is_one_the_daemon_declares():
     declared = {fan_metrics.PREFIX + name for name in fan_metrics.HELP}
-    assert set(h.FAN_METRICS.values()) <= declared
+    assert set(hp.FAN_METRICS.values()) <= declared
 
 
 def test_prometheus_general_text():
@@ -259,7 +261,7 @@ def test_prometheus_general_text():
         "y NaN\nz +Inf\nw -1.5e3\n"
         'empty{} 0\n'
     )
-    s = h.parse_prometheus(text)
+    s = hp.parse_prometheus(text)
     assert s[0] == ("x_total", {"path": "C:\\dir", "msg": 'say "hi"\n'}, 3.0)
     assert math.isnan(s[1][2])
     assert s[2][2] == math.inf
@@ -278,46 +280,46 @@ def test_prometheus_general_text():
     ('m{a="\\q"} 1\n', r"bad escape \\q"),
 ])
 def test_prometheus_malformed(text, message):
-    with pytest.raises(h.HealthError, match=message):
-        h.parse_prometheus(text, "fan.prom")
+    with pytest.raises(hp.HealthError, match=message):
+        hp.parse_prometheus(text, "fan.prom")
 
 
 def test_fan_metrics_file(tmp_path):
     p = tmp_path / "fan.prom"
     p.write_text(daemon_text())
-    fan = h.read_fan_metrics(str(p), now=p.stat().st_mtime + 5, stale_after=30)
+    fan = hp.read_fan_metrics(str(p), now=p.stat().st_mtime + 5, stale_after=30)
     assert fan["present"] and not fan["stale"] and fan["age_s"] == 5.0
-    fan = h.read_fan_metrics(str(p), now=p.stat().st_mtime + 60, stale_after=30)
+    fan = hp.read_fan_metrics(str(p), now=p.stat().st_mtime + 60, stale_after=30)
     assert fan["stale"]
     p.write_text("junkyard_fan_bmc_reachable maybe\n")
-    fan = h.read_fan_metrics(str(p))
+    fan = hp.read_fan_metrics(str(p))
     assert "value 'maybe' is not a number" in fan["error"]
-    assert not h.read_fan_metrics(str(tmp_path / "gone.prom"))["present"]
+    assert not hp.read_fan_metrics(str(tmp_path / "gone.prom"))["present"]
 
 
 # --- small readers, label files ----------------------------------------------
 
 
 def test_cmdline_uptime_mounts():
-    c = h.parse_cmdline("BOOT_IMAGE=/vmlinuz root=/dev/nfs ro junkyard.node=node01 "
-                        "junkyard.image=bookworm-rocm/2026.11.1 iommu=pt\n")
+    c = hp.parse_cmdline("BOOT_IMAGE=/vmlinuz root=/dev/nfs ro junkyard.node=node01 "
+                         "junkyard.image=bookworm-rocm/2026.11.1 iommu=pt\n")
     assert c == {"node": "node01", "image": "bookworm-rocm/2026.11.1",
                  "image_name": "bookworm-rocm", "image_version": "2026.11.1"}
-    assert h.parse_cmdline("root=/dev/sda1")["image"] is None
-    assert h.parse_uptime("12345.67 999.00\n") == 12345.67
-    with pytest.raises(h.HealthError, match="not seconds"):
-        h.parse_uptime("")
-    m = h.parse_mounts("10.77.0.1:/tank/images/bookworm/v1 / nfs ro,vers=3 0 0\n"
-                       "tmpfs /tmp tmpfs rw 0 0\nbad line\n"
-                       "10.77.0.1:/tank/nodes/n1/x /var/lib/my\\040dir nfs rw 0 0\n")
+    assert hp.parse_cmdline("root=/dev/sda1")["image"] is None
+    assert hp.parse_uptime("12345.67 999.00\n") == 12345.67
+    with pytest.raises(hp.HealthError, match="not seconds"):
+        hp.parse_uptime("")
+    m = hp.parse_mounts("10.77.0.1:/tank/images/bookworm/v1 / nfs ro,vers=3 0 0\n"
+                        "tmpfs /tmp tmpfs rw 0 0\nbad line\n"
+                        "10.77.0.1:/tank/nodes/n1/x /var/lib/my\\040dir nfs rw 0 0\n")
     assert m["/"]["fstype"] == "nfs"
     assert "/var/lib/my dir" in m
 
 
 def test_mount_table_check():
-    table = h.parse_mounts("h:/r / nfs ro 0 0\ntmpfs /tmp tmpfs rw 0 0\n"
-                           "tmpfs /var/log tmpfs rw 0 0\n")
-    rows = h.check_mount_table([
+    table = hp.parse_mounts("h:/r / nfs ro 0 0\ntmpfs /tmp tmpfs rw 0 0\n"
+                            "tmpfs /var/log tmpfs rw 0 0\n")
+    rows = ha.check_mount_table([
         {"path": "/", "kind": "root", "source": "h:/r"},
         {"path": "/tmp", "kind": "tmpfs"},
         {"path": "/var/log", "kind": "persistent"},
@@ -331,7 +333,7 @@ def test_mount_table_check():
 
 
 def test_dimm_label_entries():
-    e = h.dimm_label_entries(["DIMM_P0_A0", {"label": "DIMM_P0_B0", "location": "3.0.1"},
+    e = hl.dimm_label_entries(["DIMM_P0_A0", {"label": "DIMM_P0_B0", "location": "3.0.1"},
                               {"label": "X", "location": ["4.0.0", "4.1.0"]}])
     assert e == [{"label": "DIMM_P0_A0", "locations": ["0.0.0", "0.1.0"]},
                  {"label": "DIMM_P0_B0", "locations": ["3.0.1"]},
@@ -347,8 +349,8 @@ def test_dimm_label_entries():
     ([3], r"dimm_labels\[0\] 3 must be a label"),
 ])
 def test_dimm_label_entries_refused(labels, message):
-    with pytest.raises(h.HealthError, match=message):
-        h.dimm_label_entries(labels)
+    with pytest.raises(hp.HealthError, match=message):
+        hl.dimm_label_entries(labels)
 
 
 def test_label_files_per_profile():
@@ -359,14 +361,14 @@ def test_label_files_per_profile():
         "g292-z45": {"memory": {"board": {"vendor": "GIGABYTE", "product": "G292-Z45-00"},
                                 "dimm_labels": [{"label": "DIMM_P1_A0", "location": "8.0.0"}]}},
     }
-    files = h.label_files(profiles, {"g292-z20": {"vendor": "GIGABYTE", "model": "MZ52"}})
+    files = hl.label_files(profiles, {"g292-z20": {"vendor": "GIGABYTE", "model": "MZ52"}})
     assert [f["profile"] for f in files] == ["g292-z20", "g292-z45"]  # none for lab-vm
     assert files[0]["board"] == {"vendor": "GIGABYTE", "model": "MZ52"}
     assert files[0]["description"] == "Gigabyte G292-Z20"
     assert files[0]["entries"][1] == {"label": "DIMM_P0_B0", "locations": ["1.0.0", "1.1.0"]}
     assert files[1]["board"]["product"] == "G292-Z45-00"
     # No board anywhere: listed with an empty board, which the role refuses.
-    assert h.label_files({"odd": {"memory": {"dimm_labels": ["A"]}}})[0]["board"] == {}
-    with pytest.raises(h.HealthError,
+    assert hl.label_files({"odd": {"memory": {"dimm_labels": ["A"]}}})[0]["board"] == {}
+    with pytest.raises(hp.HealthError,
                        match=r"cluster_hardware_profiles.odd.memory.dimm_labels\[1\] label A"):
-        h.label_files({"odd": {"memory": {"dimm_labels": ["A", "A"]}}})
+        hl.label_files({"odd": {"memory": {"dimm_labels": ["A", "A"]}}})

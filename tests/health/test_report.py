@@ -8,7 +8,9 @@ import json
 
 import pytest
 from ansible_collections.junkyard.cluster.plugins.filter import health as hf
-from ansible_collections.junkyard.cluster.plugins.module_utils import health as h
+from ansible_collections.junkyard.cluster.plugins.module_utils import health_assess as ha
+from ansible_collections.junkyard.cluster.plugins.module_utils import health_parsers as hp
+from ansible_collections.junkyard.cluster.plugins.module_utils import health_render as hr
 
 NOW = 1795953600.0
 
@@ -42,7 +44,7 @@ def healthy(image="bookworm-rocm/2026.11.2", temps=None, psu_failed=None, dimms=
            "alarms": [], **(fan_extra or {})}
     return {
         "health": {"changed": False, "health": {
-            "cmdline": h.parse_cmdline(f"ro junkyard.image={image}"),
+            "cmdline": hp.parse_cmdline(f"ro junkyard.image={image}"),
             "uptime_s": 90061.0,
             "mounts": mounts if mounts is not None else [
                 {"path": "/", "kind": "root", "mounted": True, "responsive": True}],
@@ -54,7 +56,7 @@ def healthy(image="bookworm-rocm/2026.11.2", temps=None, psu_failed=None, dimms=
 
 
 def report(hosts, **thresholds):
-    return h.build_report(hosts, MODEL, thresholds or None, now=NOW)
+    return ha.build_report(hosts, MODEL, thresholds or None, now=NOW)
 
 
 def node(rep, name="gpu01"):
@@ -125,7 +127,7 @@ def test_stale_image():
 
 def test_unknown_image():
     hosts = {"gpu01": healthy()}
-    hosts["gpu01"]["health"]["health"]["cmdline"] = h.parse_cmdline("root=/dev/sda1")
+    hosts["gpu01"]["health"]["health"]["cmdline"] = hp.parse_cmdline("root=/dev/sda1")
     n = node(report(hosts))
     assert any("booted image is unknown" in m for m in messages(n))
 
@@ -147,7 +149,7 @@ def test_fan_alarm_and_missing_metrics():
     assert "fan zone gpu-rear is in state failsafe" in messages(n)
     hosts = {"gpu01": healthy()}
     hosts["gpu01"]["health"]["health"]["fan"] = {
-        "present": False, "error": f"{h.FAN_TEXTFILE} does not exist"}
+        "present": False, "error": f"{hp.FAN_TEXTFILE} does not exist"}
     n = node(report(hosts))
     assert n["status"] == "warn"
     assert any("fan daemon metrics missing" in m for m in messages(n))
@@ -163,9 +165,9 @@ def test_unreachable_node_is_unreachable_never_healthy():
     assert "Connection refused" in n["flags"][0]["message"]
     assert r["unreachable"] == ["gpu02"]
     assert r["summary"]["unreachable"] == 1 and r["summary"]["ok"] == 1
-    md = h.report_markdown(r)
+    md = hr.report_markdown(r)
     assert "| gpu02 | **unreachable** |" in md
-    assert any(line.startswith("gpu02: fail: unreachable") for line in h.report_summary(r))
+    assert any(line.startswith("gpu02: fail: unreachable") for line in hr.report_summary(r))
 
 
 def test_node_without_any_result_is_unreachable():
@@ -189,7 +191,7 @@ def test_failed_gathering_is_a_failure():
 
 def test_markdown_lists_dimms_with_errors():
     r = report({"gpu01": healthy(dimms=[dimm("DIMM_P0_A0"), dimm("DIMM_P0_B0", 12, 30, 40)])})
-    md = h.report_markdown(r)
+    md = hr.report_markdown(r)
     assert "| gpu01 | DIMM_P0_B0 | 12 | 30 | 40 | 0 | 0 | 0 | yes |" in md
     assert "DIMM_P0_A0 |" not in md.split("## DIMMs with errors")[1].split("## Flags")[0]
 
@@ -200,8 +202,8 @@ def test_markdown_lists_dimms_with_errors():
     ({"ce_per_day_limit": 0}, "must be a number > 0"),
 ])
 def test_bad_thresholds(thresholds, message):
-    with pytest.raises(h.HealthError, match=message):
-        h.build_report({}, MODEL, thresholds)
+    with pytest.raises(hp.HealthError, match=message):
+        ha.build_report({}, MODEL, thresholds)
 
 
 def test_filters():
@@ -233,59 +235,59 @@ def sample(temps=None, alarms=(), psu=None, duty=None):
 
 
 def test_burn_in_passes():
-    v = h.burn_in_verdict(ecc([row("A", ce=5)]), ecc([row("A", ce=5)]),
-                          [sample({"GPU0_TEMP": 80.0}, duty={"gpu-front": 70}),
+    v = ha.burn_in_verdict(ecc([row("A", ce=5)]), ecc([row("A", ce=5)]),
+                           [sample({"GPU0_TEMP": 80.0}, duty={"gpu-front": 70}),
                            sample({"GPU0_TEMP": 85.0}, duty={"gpu-front": 90})],
-                          gpu_temp_limit_c=95, gpu_expected=True,
-                          stress={"memory": {"rc": 0}, "gpu": {"rc": 0}})
+                           gpu_temp_limit_c=95, gpu_expected=True,
+                           stress={"memory": {"rc": 0}, "gpu": {"rc": 0}})
     assert v["passed"], v["problems"]
     assert v["max_gpu_temp_c"] == {"GPU0_TEMP": 85.0}
     assert v["max_fan_duty_percent"] == {"gpu-front": 90}
 
 
 def test_burn_in_new_ecc_errors_fail():
-    v = h.burn_in_verdict(ecc([row("A", ce=5), row("B")]),
-                          ecc([row("A", ce=7), row("B", ce_boot=1)]), [sample()])
+    v = ha.burn_in_verdict(ecc([row("A", ce=5), row("B")]),
+                           ecc([row("A", ce=7), row("B", ce_boot=1)]), [sample()])
     assert not v["passed"]
     assert "DIMM A: 2 corrected new error(s) during the burn-in" in v["problems"]
     assert "DIMM B: 1 corrected new error(s) during the burn-in" in v["problems"]
 
 
 def test_burn_in_unattributed_errors_fail():
-    v = h.burn_in_verdict(ecc([], ce=1), ecc([], ce=3), [])
+    v = ha.burn_in_verdict(ecc([], ce=1), ecc([], ce=3), [])
     assert v["problems"] == ["EDAC counted 2 corrected and 0 uncorrected new errors not "
                              "attributed to a DIMM"]
 
 
 @pytest.mark.parametrize(("temp", "passed"), [(94.0, True), (95.0, False)])
 def test_burn_in_gpu_limit(temp, passed):
-    v = h.burn_in_verdict(ecc([]), ecc([]), [sample({"GPU3_TEMP": temp})],
-                          gpu_temp_limit_c=95, gpu_expected=True)
+    v = ha.burn_in_verdict(ecc([]), ecc([]), [sample({"GPU3_TEMP": temp})],
+                           gpu_temp_limit_c=95, gpu_expected=True)
     assert v["passed"] is passed
 
 
 def test_burn_in_fan_alarm_psu_and_stress_failure():
-    v = h.burn_in_verdict(ecc([]), ecc([]),
-                          [sample({"GPU0_TEMP": 50.0}),
+    v = ha.burn_in_verdict(ecc([]), ecc([]),
+                           [sample({"GPU0_TEMP": 50.0}),
                            sample({"GPU0_TEMP": 50.0}, alarms=["fan zone cpu is in state "
                                                                "bmc_lost"],
                                   psu={"2": True})],
-                          stress={"memory": {"rc": 2, "stderr": "stress-ng: oom\n"}})
+                           stress={"memory": {"rc": 2, "stderr": "stress-ng: oom\n"}})
     assert "sample 2: fan zone cpu is in state bmc_lost" in v["problems"]
     assert "PSU 2 reported failure or AC loss" in v["problems"]
     assert "memory stress failed (rc 2): stress-ng: oom" in v["problems"]
 
 
 def test_burn_in_without_gpus_notes_the_skip():
-    v = h.burn_in_verdict(ecc([]), ecc([]), [sample()],
-                          stress={"memory": {"rc": 0},
-                                  "gpu": {"skipped": True, "reason": "the profile has no GPU"}})
+    v = ha.burn_in_verdict(ecc([]), ecc([]), [sample()],
+                           stress={"memory": {"rc": 0},
+                                   "gpu": {"skipped": True, "reason": "the profile has no GPU"}})
     assert v["passed"]
     assert v["notes"] == ["gpu stress skipped: the profile has no GPU"]
 
 
 def test_burn_in_gpu_node_without_temperatures_fails():
-    v = h.burn_in_verdict(ecc([]), ecc([]), [sample()], gpu_expected=True)
+    v = ha.burn_in_verdict(ecc([]), ecc([]), [sample()], gpu_expected=True)
     assert not v["passed"]
     assert "no GPU temperature was seen" in v["problems"][0]
 
@@ -303,11 +305,11 @@ def test_error_count_grows_with_any_source(tmp_path):
     events = {"present": True, "events": [
         {"source": "mc_event", "id": 1, "time": NOW - 10, "kind": "ce", "count": 16,
          "label": "DIMM_P0_A0", "location": ""}]}
-    before = h.ecc_summary(h.read_edac(str(edac_tree(tmp_path / "a", tree))), events, now=NOW)
+    before = hp.ecc_summary(hp.read_edac(str(edac_tree(tmp_path / "a", tree))), events, now=NOW)
     tree[0] = (0, 0, "DIMM_P0_A0", "csrow 0 channel 0", 13, 0)
-    after = h.ecc_summary(h.read_edac(str(edac_tree(tmp_path / "b", tree))), events, now=NOW)
+    after = hp.ecc_summary(hp.read_edac(str(edac_tree(tmp_path / "b", tree))), events, now=NOW)
     # The headline total stays at 16 (the database knows more), the count moves.
     assert before["dimms"][0]["ce_total"] == after["dimms"][0]["ce_total"] == 16
-    assert h.error_count(after) == h.error_count(before) + 1
-    assert h.burn_in_stop_reasons({"errors_total": h.error_count(after)}, 95,
-                                  h.error_count(before)) == ["1 new memory error(s)"]
+    assert ha.error_count(after) == ha.error_count(before) + 1
+    assert ha.burn_in_stop_reasons({"errors_total": ha.error_count(after)}, 95,
+                                   ha.error_count(before)) == ["1 new memory error(s)"]

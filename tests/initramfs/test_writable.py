@@ -41,7 +41,7 @@ def harness_image():
     # A new base image or a changed recipe builds a new harness image.
     digest = hashlib.sha256((HERE / "Containerfile").read_bytes() + base.encode()).hexdigest()[:12]
     name = f"localhost/junkyard-initramfs-harness:{digest}"
-    if subprocess.run(["podman", "image", "exists", name], env=ENV).returncode != 0:
+    if subprocess.run(["podman", "image", "exists", name], env=ENV, check=False).returncode != 0:
         subprocess.run(["podman", "build", "-q", "-t", name, "-f", str(HERE / "Containerfile"),
                         str(HERE)], check=True, env=ENV, capture_output=True)
     return name
@@ -85,7 +85,7 @@ def run_case(image, tmp_path, table, cmdline, max_panics=1):
          "-v", f"{case}:/case:ro", "-v", f"{SCRIPT}:/scripts/junkyard-writable:ro",
          "-v", f"{HERE / 'harness.sh'}:/harness.sh:ro",
          image, "/bin/sh", "/harness.sh", cmdline, str(max_panics)],
-        env=ENV, capture_output=True, text=True, timeout=300)
+        env=ENV, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return Run(proc.stdout)
 

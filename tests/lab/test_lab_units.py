@@ -153,7 +153,7 @@ def test_proxy_caches_packages_and_passes_indices_through(upstream, proxy):
 
 
 def test_proxy_serves_only_allowed_hosts(proxy):
-    port, _ = proxy
+    port, _unused = proxy
     status, body = _get(port, "http://localhost:9/anything")
     assert status == 403
     assert b"not a Debian mirror" in body
@@ -171,7 +171,7 @@ def test_relay_joins_stdio_to_a_loopback_port():
         port = srv.getsockname()[1]
 
         def echo():
-            conn, _ = srv.accept()
+            conn, _unused = srv.accept()
             with conn:
                 data = b""
                 while not data.endswith(b"\n"):

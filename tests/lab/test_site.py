@@ -80,6 +80,7 @@ def test_the_data_network_gets_no_dhcp_tftp_or_http_answer(lab, site):
     assert "rc=0" not in http.stdout, http.stdout + http.stderr
     # the management address answers only the management subnet (a request
     # from the head's data address is refused)
+
     def status_from(source: str) -> str:
         get = ("import http.client as h; c = h.HTTPConnection("
                f"'{HEAD_MGMT}', 80, timeout=10, source_address=('{source}', 0)); "

@@ -102,7 +102,7 @@ def test_exports_are_least_privilege(lab, site):
     assert "/tank/images/bookworm/v1 10.77.0.0/24(" in flat and "ro," in flat, out
     assert "/tank/nodes/node01/var-log 10.77.0.11(" in flat, out
     assert "/tank/data/scratch 10.78.0.0/24(" in flat, out
-    assert "10.78.0.0/24" not in flat.split("/tank/data/scratch")[0], out
+    assert "10.78.0.0/24" not in flat.split("/tank/data/scratch", maxsplit=1)[0], out
 
 
 SPARE = "/dev/disk/by-id/virtio-jydisk15"

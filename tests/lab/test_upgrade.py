@@ -117,7 +117,7 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     assert st["images"]["bookworm"]["versions"]["v2"] == {"origin": "v1"}, st
     assert st["nodes"] == {"node01": "v2"}, st
     # a version a node boots is never pruned
-    res, _ = run(lab_log, "playbooks/prune_images.yml", {"versions": ["v2"]})
+    res, _unused = run(lab_log, "playbooks/prune_images.yml", {"versions": ["v2"]})
     assert res.returncode != 0 and "nothing was pruned" in res.stdout, res.stdout[-4000:]
     assert lab.ssh(f"zfs list -H -o name {IMAGES}/v2").returncode == 0
     failed_took = took
@@ -157,7 +157,7 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     assert lab.ssh(f"zfs list -H -o name {IMAGES}/v2").returncode == 0
 
     # 4. the operator prunes v2 by name
-    res, _ = run(lab_log, "playbooks/prune_images.yml", {"versions": ["v2"]})
+    res, _unused = run(lab_log, "playbooks/prune_images.yml", {"versions": ["v2"]})
     assert res.returncode == 0, res.stdout[-6000:]
     gone = lab.ssh(f"zfs list -H -o name -t all -r {IMAGES}; findmnt -n {TFTP}/v2/boot; "
                    f"grep -c '{TFTP}/v2/boot' /etc/fstab").stdout

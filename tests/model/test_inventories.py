@@ -342,7 +342,7 @@ def test_bad_inventory_is_refused(tmp_path, mutate, expected):
 def test_secret_never_printed(tmp_path):
     inv = _load_lab()
     m_plain_password(inv)
-    _, out = _run(_write(inv, tmp_path), tmp_path)
+    _unused, out = _run(_write(inv, tmp_path), tmp_path)
     assert "hunter2" not in out
 
 

@@ -63,7 +63,7 @@ def test_the_markers_match_the_consoles_lines():
                "vmlinuz\n[    0.000000] Linux version 6.1.0-57-amd64 (debian-kernel@lists.debian"
                ".org)\nINIT: version 3.06 booting\n")
     found = [name for name, rx in lab_boot.PHASES if rx.search(console)]
-    assert found == [name for name, _ in lab_boot.PHASES]
+    assert found == [name for name, _pattern in lab_boot.PHASES]
     assert lab_boot.PHASES[0][1].search("Loading /images/bookworm/v1/boot/vmlinuz over TFTP")
 
 

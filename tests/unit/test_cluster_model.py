@@ -73,7 +73,7 @@ def test_boot_server_and_module_blacklist_reach_the_boot_entry():
     assert words[-1] == "modprobe.blacklist=floppy,pcspkr"
     assert sum(w.startswith("modprobe.blacklist=") for w in words) == 1
     del data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_module_blacklist"]
-    model, _ = build_model(data)
+    model, _unused = build_model(data)
     assert not any(w.startswith("modprobe.blacklist=")
                    for w in model["nodes"][0]["boot"]["cmdline"].split())
 
@@ -94,13 +94,13 @@ def test_initramfs_modules_are_every_booting_profiles_or_none():
     assert errors == [] and model["initramfs_modules"] is None
     # a profile no node boots with does not count
     data["nodes"]["node02"]["node_profile"] = "lab-vm"
-    model, _ = build_model(data)
+    model, _unused = build_model(data)
     assert model["initramfs_modules"] == ["virtio_net", "virtio_pci"]
 
 
 def test_adding_a_node_adds_only_its_own_data():
     data = lab_data()
-    before, _ = build_model(data)
+    before, _unused = build_model(data)
     more = copy.deepcopy(data)
     more["nodes"]["node03"] = copy.deepcopy(more["nodes"]["node02"])
     n3 = more["nodes"]["node03"]
@@ -120,7 +120,7 @@ def test_errors_are_all_reported_at_once():
     data = lab_data()
     data["nodes"]["node01"]["node_profile"] = "nope"
     data["nodes"]["node02"]["node_interfaces"]["mgmt"]["ip"] = "10.1.1.1"
-    _, errors = build_model(data)
+    _unused, errors = build_model(data)
     assert len(errors) == 2
 
 
@@ -229,7 +229,7 @@ def test_current_version_exports_datasets_and_builds_are_the_effective_ones():
 
 
 def test_no_state_keeps_the_inventory_model():
-    before, _ = build_model(lab_data())
+    before, _unused = build_model(lab_data())
     after, errors = build_model(with_state(None, source=None))
     assert errors == []
     assert after == before
@@ -285,10 +285,10 @@ def test_inconsistent_state_is_refused_naming_file_field_and_value(state, messag
 
 
 def test_state_given_as_variable_is_named_so():
-    _, errors = build_model(with_state(promoted(nodes={"node02": "v7"}), source=None))
+    _unused, errors = build_model(with_state(promoted(nodes={"node02": "v7"}), source=None))
     assert errors == ["cluster: cluster_image_state.nodes.node02 v7 is not a recorded version "
                       "of bookworm, the image of node02 (v1, v2)"]
-    _, errors = build_model(with_state([], source=None))
+    _unused, errors = build_model(with_state([], source=None))
     assert errors == ["cluster: cluster_image_state [] must be a mapping of schema, images "
                       "and nodes"]
 
@@ -296,7 +296,7 @@ def test_state_given_as_variable_is_named_so():
 def test_state_errors_come_with_the_inventory_errors():
     data = with_state(promoted(current="v3"))
     data["nodes"]["node01"]["node_profile"] = "nope"
-    _, errors = build_model(data)
+    _unused, errors = build_model(data)
     assert len(errors) == 2
 
 

@@ -278,7 +278,7 @@ def test_plan_errors(kwargs, msg):
     args = dict(disk_count=45, disk_size=10**12)
     args.update(kwargs)
     with pytest.raises(draid.PlanError, match=msg.replace("(", r"\(").replace(")", r"\)")):
-        draid.plan(args.pop("disk_count"), args.pop("disk_size"), **args)
+        draid.plan(**args)
 
 
 def test_table_marks_recommendation():

@@ -87,8 +87,8 @@ def test_exportfs_failure_restores_previous_file(tmp_path):
     old = ne.HEADER + "/tank/old 10.20.0.0/24(ro)\n"
     target.write_text(old)
     err = "exportfs: Failed to stat /tank/images/rocm-6.2: No such file or directory\n"
-    res, table = run_module(nfs_exports.main, args(tmp_path), [Cmd(EXPORTFS, rc=1, err=err),
-                                                                Cmd(EXPORTFS)])
+    res, table = run_module(nfs_exports.main, args(tmp_path),
+                            [Cmd(EXPORTFS, rc=1, err=err), Cmd(EXPORTFS)])
     assert res["failed"] is True
     assert res["msg"] == (
         f"exportfs -ra rejected {target} (rc=1): exportfs: Failed to stat "
@@ -98,8 +98,9 @@ def test_exportfs_failure_restores_previous_file(tmp_path):
 
 
 def test_exportfs_failure_on_new_file_removes_it(tmp_path):
-    res, _ = run_module(nfs_exports.main, args(tmp_path),
-                        [Cmd(EXPORTFS, rc=1, err="bad\n"), Cmd(EXPORTFS, rc=1, err="worse\n")])
+    res, _unused = run_module(nfs_exports.main, args(tmp_path),
+                              [Cmd(EXPORTFS, rc=1, err="bad\n"),
+                               Cmd(EXPORTFS, rc=1, err="worse\n")])
     assert res["failed"] is True
     assert res["msg"].endswith("the previous file was restored, but exportfs -ra failed "
                                "again: worse")
@@ -107,7 +108,7 @@ def test_exportfs_failure_on_new_file_removes_it(tmp_path):
 
 
 def test_missing_exportfs_fails_before_writing(tmp_path):
-    res, _ = run_module(nfs_exports.main, args(tmp_path), [], missing=("exportfs",))
+    res, _unused = run_module(nfs_exports.main, args(tmp_path), [], missing=("exportfs",))
     assert res["failed"] is True
     assert res["msg"] == "Failed to find required executable 'exportfs'"
     assert not (tmp_path / "exports.d").exists()
@@ -115,7 +116,7 @@ def test_missing_exportfs_fails_before_writing(tmp_path):
 
 def test_exportfs_warnings_are_surfaced(tmp_path):
     warn = "exportfs: /tank/data does not support NFS export\n"
-    res, _ = run_module(nfs_exports.main, args(tmp_path), [Cmd(EXPORTFS, err=warn)])
+    res, _unused = run_module(nfs_exports.main, args(tmp_path), [Cmd(EXPORTFS, err=warn)])
     assert res["changed"] is True
     assert res["exportfs_stderr"] == warn
     assert res["warnings"] == ["exportfs -ra: exportfs: /tank/data does not support NFS export"]
@@ -204,7 +205,7 @@ def test_validation_messages(tmp_path, exports, msg):
 
 @pytest.mark.parametrize("name", ["../etc/exports", "a b", "x.exports", ""])
 def test_bad_names(tmp_path, name):
-    res, _ = run_module(nfs_exports.main, args(tmp_path, name=name), [])
+    res, _unused = run_module(nfs_exports.main, args(tmp_path, name=name), [])
     assert res["failed"] is True
     assert "must be letters, digits" in res["msg"]
 

@@ -338,7 +338,7 @@ def node(monkeypatch, tmp_path):
 
 
 def test_module_on_a_healthy_node_with_amd_smi(node):
-    res, _ = run_module(rocm_facts.main, {
+    res, _unused = run_module(rocm_facts.main, {
         "expected_gpu_count": 8, "expected_gfx_target": "gfx908",
         "sys_module_dir": str(node), "hip_check": "/tmp/x/hip_check"}, [
         Cmd(["/usr/sbin/rocminfo"], 0, rocminfo_text()),
@@ -357,7 +357,7 @@ def test_module_on_a_healthy_node_with_amd_smi(node):
 
 def test_module_falls_back_to_rocm_smi_and_flags_dkms(node):
     (node / "amdgpu" / "version").write_text("6.8.5\n")
-    res, _ = run_module(rocm_facts.main, {
+    res, _unused = run_module(rocm_facts.main, {
         "expected_gpu_count": 8, "expected_gfx_target": "gfx908", "sys_module_dir": str(node)}, [
         Cmd(["/usr/sbin/rocminfo"], 0, rocminfo_text()),
         Cmd(["/usr/sbin/rocm-smi", "--showid", "--showproductname", "--json"], 0,
@@ -373,7 +373,7 @@ def test_module_falls_back_to_rocm_smi_and_flags_dkms(node):
 
 def test_module_on_a_machine_without_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(rocm_facts, "kernel_release", lambda: KREL)
-    res, _ = run_module(rocm_facts.main, {
+    res, _unused = run_module(rocm_facts.main, {
         "expected_gpu_count": 8, "expected_gfx_target": "gfx908",
         "sys_module_dir": str(tmp_path)}, [
         Cmd(["/usr/sbin/rocminfo"], 1, ROCMINFO_NO_KFD),
@@ -391,7 +391,7 @@ def test_module_on_a_machine_without_gpu(tmp_path, monkeypatch):
 
 
 def test_module_without_expectation_only_reports(node):
-    res, _ = run_module(rocm_facts.main, {"sys_module_dir": str(node)}, [
+    res, _unused = run_module(rocm_facts.main, {"sys_module_dir": str(node)}, [
         Cmd(["/usr/sbin/rocminfo"], 0, rocminfo_text(gpus=3)),
         Cmd(["/usr/sbin/modinfo", "-k", KREL, "-F", "filename", "amdgpu"], 0, IN_TREE),
     ], missing=("amd-smi", "rocm-smi"))
@@ -399,7 +399,7 @@ def test_module_without_expectation_only_reports(node):
 
 
 def test_module_fails_on_unreadable_smi_output(node):
-    res, _ = run_module(rocm_facts.main, {"sys_module_dir": str(node)}, [
+    res, _unused = run_module(rocm_facts.main, {"sys_module_dir": str(node)}, [
         Cmd(["/usr/sbin/rocminfo"], 0, rocminfo_text()),
         Cmd(["/usr/sbin/amd-smi", "static", "--asic", "--json"], 0, "not json at all"),
     ])

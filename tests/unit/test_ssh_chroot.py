@@ -135,7 +135,7 @@ class _Conn:
 
 def test_exec_command_wraps_and_keeps_in_data():
     with _Conn() as c:
-        rc, _, _ = c.conn.exec_command("python3", in_data=b"print(1)", sudoable=True)
+        rc, _out, _err = c.conn.exec_command("python3", in_data=b"print(1)", sudoable=True)
     assert rc == 0
     assert c.calls == [("exec", ssh_chroot.wrap_command("python3", ROOT), True)]
 

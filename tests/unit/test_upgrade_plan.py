@@ -207,8 +207,8 @@ def test_rollback_of_a_promoted_version_moves_everyone_and_demotes():
     assert plan["waves"] == [["gpu01", "gpu02", "gpu03", "gpu04"], ["gpu05", "gpu06"]]
     assert {m["to"] for m in plan["moves"].values()} == {"2026.11.1"}
     assert plan["promote"] == "2026.11.1"
-    c = up.make_context(IMAGES, NODES, {}, up.state_moved(ctx(PROMOTED), "bookworm-rocm",
-                                                           plan["moves"]))
+    c = up.make_context(IMAGES, NODES, {},
+                        up.state_moved(ctx(PROMOTED), "bookworm-rocm", plan["moves"]))
     demoted = up.state_promoted(c, "bookworm-rocm", "2026.11.1")
     img = demoted["images"]["bookworm-rocm"]
     assert (img["current"], img["previous"]) == ("2026.11.1", "2026.10.1")

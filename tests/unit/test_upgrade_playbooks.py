@@ -30,7 +30,8 @@ def run(playbook, tmp_path, *extra, state=None, check=True):
     env = dict(os.environ, JUNKYARD_BMC_PASSWORD="not-used", ANSIBLE_NOCOLOR="1",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
     return proc, state_file
 
 
@@ -67,14 +68,14 @@ def test_upgrade_check_mode_resumes_a_stopped_rollout(tmp_path):
 
 
 def test_upgrade_to_the_current_version_is_refused(tmp_path):
-    proc, _ = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.11.1")
+    proc, _unused = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.11.1")
     assert proc.returncode != 0
     assert "upgrade_version 2026.11.1 is already the current version of bookworm-rocm" in (
         proc.stdout + proc.stderr)
 
 
 def test_rollback_check_mode_after_a_promotion(tmp_path):
-    proc, _ = run("rollback.yml", tmp_path, "-e", "upgrade_serial=4", state=PROMOTED)
+    proc, _unused = run("rollback.yml", tmp_path, "-e", "upgrade_serial=4", state=PROMOTED)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "bookworm-rocm: rollback (current 2026.12.1)" in out
@@ -84,8 +85,8 @@ def test_rollback_check_mode_after_a_promotion(tmp_path):
 
 
 def test_rollback_of_named_nodes(tmp_path):
-    proc, _ = run("rollback.yml", tmp_path, "-e", "nodes=gpu02,gpu05", "-e", "upgrade_serial=1",
-                  state=PROMOTED)
+    proc, _unused = run("rollback.yml", tmp_path, "-e", "nodes=gpu02,gpu05",
+                        "-e", "upgrade_serial=1", state=PROMOTED)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "wave 1: gpu02 2026.12.1 -> 2026.11.1" in proc.stdout
     assert "wave 2: gpu05 2026.12.1 -> 2026.11.1" in proc.stdout
@@ -108,15 +109,15 @@ def test_prune_refuses_a_booted_version(tmp_path):
     state = dict(PROMOTED, nodes={"gpu03": "2026.10.1"})
     state["images"] = {"bookworm-rocm": dict(PROMOTED["images"]["bookworm-rocm"], versions={
         **PROMOTED["images"]["bookworm-rocm"]["versions"], "2026.10.1": {"origin": None}})}
-    proc, _ = run("prune_images.yml", tmp_path, "-e", "versions=2026.10.1", state=state,
-                  check=False)
+    proc, _unused = run("prune_images.yml", tmp_path, "-e", "versions=2026.10.1", state=state,
+                        check=False)
     assert proc.returncode != 0
     assert "nothing was pruned: 2026.10.1 is booted by gpu03" in proc.stdout + proc.stderr
 
 
 def test_upgrade_refuses_a_render_role_the_collection_lacks(tmp_path):
-    proc, _ = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1", "-e",
-                  '{"image_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
+    proc, _unused = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1", "-e",
+                        '{"image_rollout_render_roles": [{"name": "junkyard.cluster.nope"}]}')
     assert proc.returncode != 0
     assert "junkyard.cluster.nope (tasks_from main) is not in this collection" in proc.stdout
 

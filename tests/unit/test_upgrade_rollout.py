@@ -47,11 +47,12 @@ def cluster(tmp_path):
     inv.mkdir()
     (inv / "group_vars").symlink_to(REPO / "inventories" / "lab" / "group_vars")
     password = "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD') }}"
-    nodes = {name: {
-        "node_interfaces": {"mgmt": {"mac": f"52:54:00:77:00:1{i}", "ip": f"10.77.0.1{i}"},
-                            "data": {"mac": f"52:54:00:78:00:1{i}", "ip": f"10.78.0.1{i}"}},
-        "node_bmc": {"address": "127.0.0.1", "port": sims[name].port, "username": "admin",
-                     "password": password}}
+    nodes = {
+        name: {
+            "node_interfaces": {"mgmt": {"mac": f"52:54:00:77:00:1{i}", "ip": f"10.77.0.1{i}"},
+                                "data": {"mac": f"52:54:00:78:00:1{i}", "ip": f"10.78.0.1{i}"}},
+            "node_bmc": {"address": "127.0.0.1", "port": sims[name].port, "username": "admin",
+                         "password": password}}
         for i, name in enumerate(("node01", "node02"), start=1)}
     hosts = {"all": {
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
@@ -98,7 +99,8 @@ def upgrade(inventory, state, *extra, render_roles=(), roles_path=None):
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     if roles_path:
         env["ANSIBLE_ROLES_PATH"] = f"{roles_path}:{REPO / 'roles'}"
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
 
 
 def powered(marker, timeout=10.0):
@@ -109,7 +111,7 @@ def powered(marker, timeout=10.0):
 
 
 def test_rollout_power_cycles_verifies_and_promotes(cluster, tmp_path):
-    inventory, state, markers, _ = cluster
+    inventory, state, markers, _unused = cluster
     roles, record = probe_role(tmp_path)
     # This machine never booted an image: the booted-version check is what the
     # failure test exercises; here it is off.
@@ -133,7 +135,7 @@ def test_rollout_power_cycles_verifies_and_promotes(cluster, tmp_path):
 
 
 def test_a_failed_canary_stops_the_rollout(cluster):
-    inventory, state, markers, _ = cluster
+    inventory, state, markers, _unused = cluster
     proc = upgrade(inventory, state)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -150,7 +152,7 @@ def test_a_rerun_verifies_the_stopped_canary_again_before_moving_on(cluster):
     """The canary fails a site check; running again with the check still failing stops
     before anyone else moves (the canary is not power-cycled again); once it passes, the
     canary is verified again in place, the next wave moves and the version is promoted."""
-    inventory, state, markers, _ = cluster
+    inventory, state, markers, _unused = cluster
     check = '{"rocm_verify_commands": ["true", "test -e /nonexistent/junkyard-check"]}'
     for attempt in range(2):
         proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=", "-e", check)
@@ -183,11 +185,12 @@ def rollback(inventory, state, *extra):
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
 
 
 def test_rollback_after_a_promotion_demotes(cluster):
-    inventory, state, markers, _ = cluster
+    inventory, state, markers, _unused = cluster
     assert upgrade(inventory, state, "-e", "rocm_verify_boot_image=").returncode == 0
     proc = rollback(inventory, state)
     out = proc.stdout + proc.stderr

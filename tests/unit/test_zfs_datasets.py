@@ -45,7 +45,7 @@ def test_bad_size_is_refused():
 
 
 def test_everything_missing_is_created_parents_first():
-    res, _ = run_module(zfs_datasets.main, {"datasets": WANTED}, [
+    res, _unused = run_module(zfs_datasets.main, {"datasets": WANTED}, [
         Cmd(LIST, out="tank\n"),
         Cmd([ZFS, "create", "-p", "-o", "canmount=off", "tank/nodes"]),
         Cmd([ZFS, "create", "-p", "-o", "recordsize=1M", "tank/data/scratch"]),
@@ -72,7 +72,7 @@ def test_identical_is_ok_with_one_list_and_one_get():
 
 def test_differing_property_is_set_and_diffed():
     existing = "".join(d["name"] + "\n" for d in WANTED)
-    res, _ = run_module(zfs_datasets.main, {"datasets": WANTED}, [
+    res, _unused = run_module(zfs_datasets.main, {"datasets": WANTED}, [
         Cmd(LIST, out=existing),
         Cmd(get_cmd("canmount,recordsize", sorted(d["name"] for d in WANTED)), out=(
             "tank/data/scratch\trecordsize\t131072\tdefault\n"
@@ -110,7 +110,7 @@ def test_removed_node_is_reported_never_destroyed():
 
 def test_create_only_property_drift_is_a_warning_not_a_change():
     wanted = [{"name": "tank/data/x", "properties": {"casesensitivity": "insensitive"}}]
-    res, _ = run_module(zfs_datasets.main, {"datasets": wanted}, [
+    res, _unused = run_module(zfs_datasets.main, {"datasets": wanted}, [
         Cmd(LIST, out="tank\ntank/data\ntank/data/x\n"),
         Cmd(get_cmd("casesensitivity", ["tank/data/x"]),
             out="tank/data/x\tcasesensitivity\tsensitive\t-\n"),
@@ -134,7 +134,7 @@ def test_bad_input_is_refused_before_any_command(wanted, message):
 
 
 def test_failing_zfs_command_fails_with_its_error():
-    res, _ = run_module(zfs_datasets.main, {"datasets": WANTED[:1]}, [
+    res, _unused = run_module(zfs_datasets.main, {"datasets": WANTED[:1]}, [
         Cmd(LIST, out="tank\n"),
         Cmd([ZFS, "create", "-p", "-o", "canmount=off", "tank/nodes"], rc=1,
             err="cannot create 'tank/nodes': out of space\n"),

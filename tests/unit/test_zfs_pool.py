@@ -56,7 +56,7 @@ def test_create_fresh_pool():
     for disk in DISKS45 + NVME:
         cmds += inspect_clean(disk)
     cmds += [Cmd(CREATE_TANK), Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45.txt"))]
-    res, _ = run_module(zfs_pool.main, tank_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, tank_args(), cmds)
     assert res["failed"] is False, res.get("msg")
     assert res["changed"] is True and res["created"] is True
     assert res["commands"] == [CREATE_TANK]
@@ -88,7 +88,7 @@ def test_identical_pool_is_ok():
         Cmd([ZFS, "get", "-H", "-p", "-o", "property,value", "atime,compression", "tank"],
             out="atime\toff\ncompression\tlz4\n"),
     ]
-    res, _ = run_module(zfs_pool.main, tank_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, tank_args(), cmds)
     assert res["changed"] is False
     assert res["commands"] == []
     assert res["filesystem_drift"] == {}
@@ -101,7 +101,7 @@ def test_disk_order_and_short_draid_name_still_match():
     args = tank_args(vdevs=[{"type": "draid2:8d:1s", "disks": list(reversed(DISKS45))}],
                      pool_properties={}, filesystem_properties={}, ashift=None)
     cmds = [Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45.txt"))]
-    res, _ = run_module(zfs_pool.main, args, cmds)
+    res, _unused = run_module(zfs_pool.main, args, cmds)
     assert res["changed"] is False
 
 
@@ -111,7 +111,7 @@ def test_inventory_form_of_draid_matches():
                              "disks": DISKS45}],
                      pool_properties={}, filesystem_properties={}, ashift=None)
     cmds = [Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45.txt"))]
-    res, _ = run_module(zfs_pool.main, args, cmds)
+    res, _unused = run_module(zfs_pool.main, args, cmds)
     assert res["failed"] is False, res.get("msg")
     assert res["changed"] is False
 
@@ -143,7 +143,7 @@ def test_pool_property_drift_is_set_with_diff():
             out="atime\toff\ncompression\tzstd\n"),
         Cmd([ZPOOL, "set", "autotrim=on", "tank"]),
     ]
-    res, _ = run_module(zfs_pool.main, tank_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, tank_args(), cmds)
     assert res["changed"] is True
     assert res["commands"] == [[ZPOOL, "set", "autotrim=on", "tank"]]
     assert res["diff"]["before"].endswith("property: autotrim=off\n")
@@ -185,7 +185,7 @@ def test_different_layout_fails_never_recreates():
 def test_missing_special_class_is_a_difference():
     args = tank_args(special=[], pool_properties={}, filesystem_properties={})
     cmds = [Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45.txt"))]
-    res, _ = run_module(zfs_pool.main, args, cmds)
+    res, _unused = run_module(zfs_pool.main, args, cmds)
     assert res["failed"] is True
     assert res["msg"].endswith(
         "special: pool has mirror " + " ".join(d + "-part1" for d in NVME) + " that is not wanted")
@@ -198,7 +198,7 @@ def test_ashift_mismatch_fails():
             out="ashift\t9\n"),
     ]
     args = tank_args(pool_properties={}, filesystem_properties={})
-    res, _ = run_module(zfs_pool.main, args, cmds)
+    res, _unused = run_module(zfs_pool.main, args, cmds)
     assert res["failed"] is True
     assert res["msg"] == ("pool tank has ashift 9, wanted 12; ashift is fixed when a pool is "
                           "created")
@@ -207,7 +207,7 @@ def test_ashift_mismatch_fails():
 def test_spare_in_use_counts_as_original_disk():
     cmds = [Cmd([ZPOOL, "status", "-P", "tank"], out=fx("status_draid45_spare_in_use.txt"))]
     args = tank_args(ashift=None, pool_properties={}, filesystem_properties={})
-    res, _ = run_module(zfs_pool.main, args, cmds)
+    res, _unused = run_module(zfs_pool.main, args, cmds)
     assert res["failed"] is False, res.get("msg")
     assert res["changed"] is False
     assert res["substituted"] == [{"device": DISKS45[7] + "-part1", "by": "draid2-0-0"}]
@@ -228,7 +228,7 @@ def lab_args(**kw):
 
 def test_lab_layout_with_log_cache_spare_matches():
     cmds = [Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
-    res, _ = run_module(zfs_pool.main, lab_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, lab_args(), cmds)
     assert res["changed"] is False
     assert [(v["class"], v["type"]) for v in res["layout"]] == [
         ("data", "raidz2"), ("log", "mirror"), ("cache", "disk"), ("spare", "disk")]
@@ -236,7 +236,7 @@ def test_lab_layout_with_log_cache_spare_matches():
 
 def _lab_create_cmds(dirty):
     cmds = [Cmd([ZPOOL, "status", "-P", "lab"], rc=1,
-                 err="cannot open 'lab': no such pool\n")]
+                err="cannot open 'lab': no such pool\n")]
     for disk in [*LAB, "/dev/vdg", "/dev/vdh", "/dev/vdi", "/dev/vdj"]:
         cmds += dirty.get(disk) or inspect_clean(disk)
     return cmds
@@ -283,8 +283,8 @@ def test_only_listed_disks_are_wiped_then_created():
              [WIPEFS, "-a", "/dev/vdi"]]
     cmds = _lab_create_cmds(dirty) + [Cmd(w) for w in wipes] + [
         Cmd(create), Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
-    res, _ = run_module(zfs_pool.main, lab_args(wipe_disks=["/dev/vdc", "/dev/vdi", "/dev/vdb"]),
-                        cmds)
+    res, _unused = run_module(zfs_pool.main,
+                              lab_args(wipe_disks=["/dev/vdc", "/dev/vdi", "/dev/vdb"]), cmds)
     assert res["failed"] is False, res.get("msg")
     assert res["wiped"] == ["/dev/vdc", "/dev/vdi"]
     assert res["commands"] == [*wipes, create]
@@ -315,7 +315,7 @@ def test_created_pool_reading_back_differently_warns():
         Cmd([ZPOOL, "status", "-P", "lab"],
             out=fx("status_lab_raidz2.txt").replace("/dev/vdj1", "/dev/sdz1")),
     ]
-    res, _ = run_module(zfs_pool.main, lab_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, lab_args(), cmds)
     assert res["changed"] is True
     assert res["warnings"] == [
         "pool lab was created but reads back differently, so the next run will fail: "
@@ -326,7 +326,7 @@ def test_created_pool_reading_back_differently_warns():
 def test_zpool_create_failure_reports_stderr():
     err = "invalid vdev specification\nuse '-f' to override the following errors:\n"
     cmds = [*_lab_create_cmds({}), Cmd(LAB_CREATE, rc=1, err=err)]
-    res, _ = run_module(zfs_pool.main, lab_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, lab_args(), cmds)
     assert res["failed"] is True
     assert res["msg"].startswith(f"{ZPOOL} create lab raidz2 /dev/vdb")
     assert res["msg"].endswith("failed (rc=1): invalid vdev specification\n"
@@ -336,7 +336,7 @@ def test_zpool_create_failure_reports_stderr():
 def test_status_error_other_than_missing_pool_fails():
     cmds = [Cmd([ZPOOL, "status", "-P", "lab"], rc=1,
                 err="The ZFS modules are not loaded.\nTry running 'modprobe zfs' as root.\n")]
-    res, _ = run_module(zfs_pool.main, lab_args(), cmds)
+    res, _unused = run_module(zfs_pool.main, lab_args(), cmds)
     assert res["failed"] is True
     assert res["msg"] == ("zpool status -P lab failed (rc=1): The ZFS modules are not loaded.\n"
                           "Try running 'modprobe zfs' as root.")

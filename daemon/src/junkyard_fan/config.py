@@ -368,8 +368,8 @@ def _profile(v: _V, raw: Any) -> Profile | None:
     zones = _zones(v, v.get(m, k, "fan_zones"), f"{k}.fan_zones", gpu_count, cpu_temps)
 
     kc = f"{k}.fan_commands"
-    cmds = v.mapping(v.get(m, k, "fan_commands"), kc, {"set_duty", "auto", "manual",
-                                                         "duty_scale"})
+    cmds = v.mapping(v.get(m, k, "fan_commands"), kc,
+                     {"set_duty", "auto", "manual", "duty_scale"})
     set_duty = auto = manual = None
     if cmds:
         set_duty = _raw_command(v, v.get(cmds, kc, "set_duty"), f"{kc}.set_duty",
@@ -422,8 +422,8 @@ def _zones(v: _V, raw: Any, key: str, gpu_count: int | None,
             names[name] = i
         if fan_id is not None:
             if fan_id in fan_ids:
-                v.err(f"{kz}.fan_id", f"fan_id {fan_id} is already used by {key}"
-                                       f"[{fan_ids[fan_id]}]")
+                v.err(f"{kz}.fan_id",
+                      f"fan_id {fan_id} is already used by {key}[{fan_ids[fan_id]}]")
             fan_ids[fan_id] = i
         gpu_list: list[int] = []
         if not isinstance(gpus, list):

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Network-boot a diskless qemu VM (TCG) on one of the scenario's podman
 # networks, through a tap device on the network's bridge, until its serial
 # console shows PATTERN; print the console (escape sequences removed).

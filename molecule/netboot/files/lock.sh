@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Host-wide lock of the netboot scenario: its networks (10.77.0.0/24,
 # 10.78.0.0/24), container names and tap device are global, so two runs (an
 # engineer's and CI's) must not overlap, and one run's destroy must not remove
