@@ -36,12 +36,13 @@ SCRIPT
     echo junk >/tmp/junk
     exec timeout 15 busybox tftp -p -l /tmp/junk -r "$2" "$1"
     ;;
+  # (busybox 1.35's wget crashes with -T: timeout bounds it instead)
   http)
-    busybox wget -q -T 15 -O /tmp/file "http://$1/$2" || exit 1
+    timeout 15 busybox wget -q -O /tmp/file "http://$1/$2" || exit 1
     sha256sum /tmp/file | cut -d' ' -f1
     ;;
   http-post)
-    exec busybox wget -q -T 15 -O /dev/null --post-data=junk "http://$1/$2"
+    exec timeout 15 busybox wget -q -O /dev/null --post-data=junk "http://$1/$2"
     ;;
   *)
     echo "usage: $0 dhcp|get|put|http|http-post ..." >&2
