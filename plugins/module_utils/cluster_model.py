@@ -262,7 +262,7 @@ def _check_profiles(cluster, err):
         # them (and NFS) only; a profile without the list gets every NIC driver.
         nic_modules = (_module_list(prof, "initramfs_modules", base, err)
                        if "initramfs_modules" in prof else None)
-        if nic_modules == []:
+        if prof.get("initramfs_modules") == []:
             err.add("cluster", f"{base}.initramfs_modules", [],
                     "is empty: list the drivers of the management NIC (or leave it out "
                     "for every NIC driver)")
