@@ -181,3 +181,9 @@ def test_second_site_run_changes_nothing(lab, site, lab_log):
     changed = {h: v["changed"] for h, v in hosts.items() if v.get("changed")}
     assert changed == {}, res.stdout[-8000:]
     assert {"head", "node01", "node02"} <= set(hosts)
+    # the image version's inputs did not change: it is reported up to date and
+    # its image plays end after the digest check (a convergence runs ~200 tasks)
+    assert "image-bookworm-v1: up to date with its inputs" in res.stdout, res.stdout[-8000:]
+    assert hosts["image-bookworm-v1"]["ok"] < 10, hosts
+    recorded = lab.ssh("cat /tank/images/bookworm/v1/etc/junkyard/image-inputs").stdout
+    assert re.search(r"(?m)^digest: [0-9a-f]{64}$", recorded), recorded
