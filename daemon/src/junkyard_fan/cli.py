@@ -42,6 +42,8 @@ def one_shot(cfg: Config, daemon: Daemon) -> str:
             shown = "no reading"
         elif st.role == "current":
             shown = f"{st.value:.2f} A -> {daemon.gpu_power_w(key):.0f} W"
+        elif st.role == "gpu_power_hwmon":
+            shown = f"{st.value:.0f} W"
         else:
             shown = f"{st.value:.1f} C"
         lines.append(f"  {st.info.name:<20} {key:<40} {shown}")

@@ -11,6 +11,9 @@ PREFIX = "junkyard_fan_"
 HELP = {
     "sensor_reading": ("gauge", "Last valid sensor reading, in the sensor's unit"),
     "gpu_power_watts": ("gauge", "GPU power from the 12 V current, calibrated"),
+    "gpu_power_mismatch": ("gauge", "1 if the BMC's GPU power disagrees with amdgpu's"),
+    "hwmon_gpus": ("gauge", "GPUs whose amdgpu hwmon files the daemon reads"),
+    "hwmon_problems": ("gauge", "Problems found matching amdgpu devices to the profile"),
     "zone_duty_percent": ("gauge", "Duty the daemon last decided for the zone"),
     "zone_state": ("gauge", "1 for the zone's current state (ok/hold/failsafe/override/"
                             "bmc_lost)"),
