@@ -105,6 +105,9 @@ class Daemon:
         self.ended_safe = False  # the exit fail-safe ran (or is running)
         self._logged: dict[str, str] = {}
         self.hwmon_problems: list[str] = []
+        # Set when junkyard-fan --probe found that the fan command does not move
+        # this node's fans: the daemon then never sends a fan command.
+        self.hands_off: str | None = None
         self.power_mismatch: dict[int, bool] = {}  # GPU -> BMC power disagrees with amdgpu
 
     # ------------------------------------------------------------- set up
@@ -150,6 +153,16 @@ class Daemon:
                               for i in range(len(p.cpu_temp_sensors))]
             zs.last_input = now  # the deadline runs from start-up
             self.zones.append(zs)
+        if self.hands_off is not None:
+            log.error("not taking over the fans, they stay under the BMC's control: %s",
+                      self.hands_off)
+            if p.auto is not None and touch_fans:
+                try:
+                    self.bmc.raw([RawRequest(*p.auto.render(fan_id=z.fan_id))
+                                  for z in p.fan_zones], op="auto")
+                except BmcError as err:
+                    log.warning("could not hand the fans to the BMC (auto command): %s", err)
+            return
         if p.manual is not None and touch_fans:
             reqs = [RawRequest(*p.manual.render(fan_id=z.fan_id)) for z in p.fan_zones]
             try:
@@ -331,6 +344,10 @@ class Daemon:
 
     def decide(self, now: float) -> None:
         t = self.cfg.timings
+        if self.hands_off is not None:
+            for zs in self.zones:
+                zs.state, zs.duty = "bmc_control", None
+            return
         for zs in self.zones:
             fresh = all(self.sensors[k].fresh(now, t.stale_after) for k in zs.sensors)
             ctl = zs.controller
@@ -382,6 +399,8 @@ class Daemon:
 
     def write(self, now: float) -> None:
         """Send the zones whose duty changed (or all, when a refresh is due)."""
+        if self.hands_off is not None:
+            return
         everything = self.need_full or now - self.last_write >= self.cfg.timings.rewrite_every
         todo = [zs for zs in self.zones if zs.duty is not None
                 and (everything or zs.written != self._byte(zs.duty))]
@@ -459,6 +478,9 @@ class Daemon:
         batch path or a full ``/run`` does not leave the fans where they were.
         """
         self.ended_safe = True
+        if self.hands_off is not None:
+            log.warning("%s: the fans are under the BMC's control, not touching them", reason)
+            return True
         log.warning("%s: setting every fan zone to 100 %%", reason)
         p = self.cfg.profile
         zones = list(p.fan_zones)
@@ -537,11 +559,12 @@ class Daemon:
         for zs in self.zones:
             if zs.duty is not None:
                 out.append(("zone_duty_percent", {"zone": zs.zone.name}, zs.duty))
-            for state in ("ok", "hold", "failsafe", "override", "bmc_lost"):
+            for state in ("ok", "hold", "failsafe", "override", "bmc_lost", "bmc_control"):
                 out.append(("zone_state", {"zone": zs.zone.name, "state": state},
                             1.0 if zs.state == state else 0.0))
             out.append(("zone_input_age_seconds", {"zone": zs.zone.name}, now - zs.last_input))
         out.append(("bmc_reachable", {}, 1.0 if self.bmc_reachable else 0.0))
+        out.append(("probe_failed", {}, 1.0 if self.hands_off is not None else 0.0))
         for (op, kind), n in sorted(self.bmc.errors.items()):
             out.append(("bmc_errors_total", {"op": op, "kind": kind}, n))
         for op, n in sorted(self.bmc.tries.items()):

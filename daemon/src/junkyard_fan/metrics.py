@@ -16,7 +16,9 @@ HELP = {
     "hwmon_problems": ("gauge", "Problems found matching amdgpu devices to the profile"),
     "zone_duty_percent": ("gauge", "Duty the daemon last decided for the zone"),
     "zone_state": ("gauge", "1 for the zone's current state (ok/hold/failsafe/override/"
-                            "bmc_lost)"),
+                            "bmc_lost/bmc_control)"),
+    "probe_failed": ("gauge", "1 if junkyard-fan --probe found the fan command does not "
+                              "move the fans: the daemon leaves them to the BMC"),
     "zone_input_age_seconds": ("gauge", "Seconds since the zone last had valid input"),
     "bmc_reachable": ("gauge", "1 if the BMC answered in the last cycle"),
     "bmc_errors_total": ("counter", "BMC call failures by operation and kind"),
