@@ -7,8 +7,6 @@ Parsers for ``ipmitool sdr list -v all``, ``ipmitool fru print 0`` and
 inventory's own shape (inventories/example/group_vars/all/hardware.yml).
 """
 
-
-
 import re
 
 # IPMI sensor type codes (IPMI 2.0, table 42-3) that the profile uses.
@@ -142,8 +140,8 @@ def propose(sensors, fru, manufacturer_id, options):
                      "with junkyard-fan --probe on the node")
 
     count = len(currents)
-    zones = options.get("fan_zones") or _zones(board, count, fans, options.get("cpu_fans", 2),
-                                              bool(cpu_temps), notes)
+    zones = options.get("fan_zones") or _zones(
+        board, count, fans, options.get("cpu_fans", 2), bool(cpu_temps), notes)
     names = {s["name"] for s in sensors}
     for z in zones:
         for tach in z.get("tach_sensors", []):

@@ -245,8 +245,8 @@ def test_daemon_against_the_simulator_overrides_from_hwmon(tmp_path, sim, run_da
     del cfg["profile"]["bmc"]["gpu_temp_sensors"]  # the example's profiles have none
     path.write_text(yaml.safe_dump(cfg))
     d = run_daemon(path)
-    assert wait_for(lambda: settled(sim), 30, "initial duties", d) == {FRONT: 25, REAR: 25,
-                                                                         CPU: 29}
+    first = wait_for(lambda: settled(sim), 30, "initial duties", d)
+    assert first == {FRONT: 25, REAR: 25, CPU: 29}
     hot_at = time.time()
     gpus[7].set_temp("edge", 91)
     moved = wait_for(lambda: [r for r in sim.fan_commands(hot_at) if duty(r)[0] == REAR],

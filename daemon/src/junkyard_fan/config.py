@@ -358,8 +358,8 @@ def _profile(v: _V, raw: Any) -> Profile | None:
     if raw is None:
         v.err(k, "is required")
         return None
-    gpu = v.mapping(v.get(m, k, "gpu", {}), f"{k}.gpu", {"count", "max_power_w",
-                                                          "pci_addresses"}, _GPU_IGNORED)
+    gpu_keys = {"count", "max_power_w", "pci_addresses"}
+    gpu = v.mapping(v.get(m, k, "gpu", {}), f"{k}.gpu", gpu_keys, _GPU_IGNORED)
     gpu_count = v.number(gpu, f"{k}.gpu", "count", integer=True, minimum=0)
     max_power = v.number(gpu, f"{k}.gpu", "max_power_w", 300, positive=True)
     pci = _pci_addresses(v, gpu.get("pci_addresses"), f"{k}.gpu.pci_addresses", gpu_count)
