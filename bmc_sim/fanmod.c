@@ -22,12 +22,23 @@
  *     Every affected request is logged as well (result=drop/cc=../empty).
  *  3. Counts requests: `<unix time> req netfn=.. cmd=.. result=..` lines are
  *     written for every request when the faults file says `log_all=1`.
+ *  4. Models the fans: with `tach=<fan_id>:<sensor>[,<sensor>...]` (once per
+ *     zone) the tachometer sensors of a zone move toward duty x `tach_full`
+ *     (the raw reading at 100 %, default 165) after a fan command of that
+ *     zone, as a first-order lag with time constant `tach_tau_ms` (default
+ *     1000). Commands understood: Gigabyte's IANA-prefixed 0x2e 0x10
+ *     `<fan_id> 0x01 <duty>` (0x00 0x00: automatic), and the Supermicro-style
+ *     0x30 0x70 0x66 0x01 `<zone> <duty>`. Automatic mode runs the fans at
+ *     `auto_duty` % (default 30). `ignore_fans=1` models a board whose BMC
+ *     accepts the command (completion code 0, logged) but never changes the
+ *     fans: the tachometers stay at the automatic speed.
  *
  * Built by bmc_sim/simctl.py against libopenipmi-dev of the installed
  * ipmi_sim (same version), never committed as a binary.
  */
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +81,105 @@ static struct timespec faults_mtime;
 static off_t faults_size = -1;
 static unsigned long match_counter;
 static int (*prev_handle_msg)(channel_t *chan, msg_t *msg);
+
+#define MAX_TACH_ZONES 8
+#define MAX_TACHS 8
+#define TACH_TICK_MS 100
+
+struct tach_zone {
+    unsigned int fan_id;
+    unsigned int n;
+    unsigned char sensors[MAX_TACHS];
+    double value;     /* raw tach reading now */
+    double target;    /* raw tach reading it moves toward */
+    int written;      /* raw value last set on the sensors, -1: none */
+};
+
+static struct tach_zone tach_zones[MAX_TACH_ZONES];
+static unsigned int n_tach_zones;
+static unsigned int tach_full = 165;
+static unsigned int tach_tau_ms = 1000;
+static unsigned int auto_duty = 30;
+static int ignore_fans;
+static ipmi_timer_t *tach_timer;
+static lmc_data_t *fm_bmc;
+
+static int
+parse_tach(const char *spec)
+{
+    struct tach_zone *z;
+    char *end;
+    unsigned long v;
+
+    if (n_tach_zones >= MAX_TACH_ZONES)
+        return EINVAL;
+    z = &tach_zones[n_tach_zones];
+    memset(z, 0, sizeof(*z));
+    z->written = -1;
+    v = strtoul(spec, &end, 0);
+    if (*end != ':' || v > 255)
+        return EINVAL;
+    z->fan_id = v;
+    do {
+        spec = end + 1;
+        v = strtoul(spec, &end, 0);
+        if (end == spec || v > 255 || z->n >= MAX_TACHS)
+            return EINVAL;
+        z->sensors[z->n++] = v;
+    } while (*end == ',');
+    if (*end != '\0')
+        return EINVAL;
+    n_tach_zones++;
+    return 0;
+}
+
+static double
+duty_to_raw(unsigned int duty)
+{
+    if (duty > 100)
+        duty = 100;
+    return (double) duty * tach_full / 100.0;
+}
+
+/* A fan command for zone fan_id: duty in %, or -1 for automatic. */
+static void
+fan_command(unsigned int fan_id, int duty)
+{
+    unsigned int i;
+
+    if (ignore_fans)
+        return;
+    for (i = 0; i < n_tach_zones; i++) {
+        if (tach_zones[i].fan_id == fan_id)
+            tach_zones[i].target = duty_to_raw(duty < 0 ? auto_duty : (unsigned int) duty);
+    }
+}
+
+static void
+tach_tick(void *cb_data)
+{
+    struct timeval tv = { 0, TACH_TICK_MS * 1000 };
+    double alpha = 1.0 - exp(-(double) TACH_TICK_MS / (tach_tau_ms ? tach_tau_ms : 1));
+    unsigned int i, j;
+
+    for (i = 0; i < n_tach_zones; i++) {
+        struct tach_zone *z = &tach_zones[i];
+        int raw;
+
+        z->value += (z->target - z->value) * alpha;
+        if (fabs(z->target - z->value) < 0.5)
+            z->value = z->target;
+        raw = (int) (z->value + 0.5);
+        if (raw > 255)
+            raw = 255;
+        if (raw == z->written || !fm_bmc)
+            continue;
+        for (j = 0; j < z->n; j++)
+            ipmi_mc_sensor_set_value(fm_bmc, 0, z->sensors[j], raw, 0);
+        z->written = raw;
+    }
+    fm_sys->start_timer(tach_timer, &tv);
+}
 
 static void
 fm_log(const char *kind, unsigned int netfn, unsigned int cmd,
@@ -231,6 +341,9 @@ fm_oem_cmd(lmc_data_t *mc, msg_t *msg, unsigned char *rdata,
            unsigned int *rdata_len, void *cb_data)
 {
     fm_log("oem", msg->netfn, msg->cmd, NULL, 0, msg->data, msg->len, "ok");
+    /* Supermicro-style zone duty: 0x30 0x70 0x66 0x01 <zone> <duty> */
+    if (msg->cmd == 0x70 && msg->len >= 4 && msg->data[0] == 0x66 && msg->data[1] == 0x01)
+        fan_command(msg->data[2], msg->data[3]);
     rdata[0] = 0;
     *rdata_len = 1;
 }
@@ -245,6 +358,9 @@ fm_iana_cmd(lmc_data_t *mc, msg_t *msg, unsigned char *rdata,
     iana[1] = (msg->iana >> 8) & 0xff;
     iana[2] = (msg->iana >> 16) & 0xff;
     fm_log("oem", msg->netfn, msg->cmd, iana, 3, msg->data, msg->len, "ok");
+    /* Gigabyte: 0x2e 0x10 <IANA> <fan_id> 0x01 <duty> (0x00 0x00: automatic) */
+    if (msg->netfn == GROUP_NETFN && msg->cmd == 0x10 && msg->len >= 3)
+        fan_command(msg->data[0], msg->data[1] ? (int) msg->data[2] : -1);
     rdata[0] = 0;
     *rdata_len = 1;
 }
@@ -274,6 +390,21 @@ ipmi_sim_module_init(sys_data_t *sys, const char *initstr_i)
             log_path = strdup(tok + 4);
         } else if (strncmp(tok, "faults=", 7) == 0) {
             faults_path = strdup(tok + 7);
+        } else if (strncmp(tok, "tach=", 5) == 0) {
+            if (parse_tach(tok + 5)) {
+                sys->log(sys, SETUP_ERROR, NULL, "fanmod: bad option %s "
+                         "(tach=<fan_id>:<sensor>[,<sensor>...])", tok);
+                free(initstr);
+                return EINVAL;
+            }
+        } else if (strncmp(tok, "tach_full=", 10) == 0) {
+            tach_full = strtoul(tok + 10, NULL, 0);
+        } else if (strncmp(tok, "tach_tau_ms=", 12) == 0) {
+            tach_tau_ms = strtoul(tok + 12, NULL, 0);
+        } else if (strncmp(tok, "auto_duty=", 10) == 0) {
+            auto_duty = strtoul(tok + 10, NULL, 0);
+        } else if (strncmp(tok, "ignore_fans=", 12) == 0) {
+            ignore_fans = strtol(tok + 12, NULL, 0) != 0;
         } else if (strncmp(tok, "iana=", 5) == 0) {
             if (n_ianas == 1 && ianas[0] == 15370)
                 n_ianas = 0;
@@ -320,6 +451,16 @@ ipmi_sim_module_post_init(sys_data_t *sys)
     if (!bmc) {
         sys->log(sys, SETUP_ERROR, NULL, "fanmod: no BMC at 0x%02x", sys->bmc_ipmb);
         return;
+    }
+    fm_bmc = bmc;
+    if (n_tach_zones) {
+        /* The fans start under the BMC's own (automatic) control. */
+        for (i = 0; i < n_tach_zones; i++)
+            tach_zones[i].value = tach_zones[i].target = duty_to_raw(auto_duty);
+        if (sys->alloc_timer(sys, tach_tick, NULL, &tach_timer) == 0)
+            tach_tick(NULL);
+        else
+            sys->log(sys, SETUP_ERROR, NULL, "fanmod: cannot allocate the tach timer");
     }
     chans = sys->mc_get_channelset(bmc);
     for (i = 0; i < IPMI_MAX_CHANNELS; i++) {

@@ -49,6 +49,7 @@ CPU_VR_TEMP = 0x22
 FAN_BASE = 0x31
 PSU_BASE = 0x41
 AMPS_PER_COUNT = 0.25
+RPM_PER_COUNT = 100
 PSU_FAILURE_BIT = 1
 PSU_AC_LOST_BIT = 3
 
@@ -72,6 +73,19 @@ class SimOptions:
     sdr_source: Path = HERE / "g292z20.sdrs"
     fanmod: bool = True
     ianas: tuple[int, ...] = (15370,)
+    # The fans (fanmod): fan_id (zone) -> its tachometer sensor numbers. After
+    # a fan command, a zone's tachometers move toward duty x tach_full (raw
+    # counts; 165 x 100 RPM = 16,500 RPM, the G292's fans) with time constant
+    # tach_tau_ms; automatic mode runs them at auto_duty %. A board that
+    # ignores the fan command (answers it, changes nothing): ignores_fan_commands.
+    # The G292-Z20 model: one side's three fans (zone 1), the other side's
+    # three (zone 2), the CPU's two (zone 0).
+    fans: dict[int, tuple[int, ...]] = field(default_factory=lambda: {
+        1: (0x31, 0x32, 0x33), 2: (0x34, 0x35, 0x36), 0: (0x37, 0x38)})
+    tach_full: int = 165
+    tach_tau_ms: int = 1000
+    auto_duty: int = 30
+    ignores_fan_commands: bool = False
     # Chassis power hooks, for the lab (qemu): see ipmi_lan(5). ipmi_sim only
     # manages the startcmd process through the VM serial interface (channel
     # 15), so with a startcmd a serial port is always configured (a free one
@@ -152,10 +166,12 @@ def build_fanmod(cache_dir: Path = DEFAULT_CACHE) -> Path:
     missing = [str(h) for h in headers if not h.exists()]
     if missing:
         raise SimError(f"OpenIPMI headers missing (Debian package libopenipmi-dev): {missing}")
-    key = _hash_inputs(source.read_bytes(), *(h.read_bytes() for h in headers))
-    target = cache_dir / f"fanmod-{key}.so"
     flags = ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
-    return _atomic_build(target, lambda tmp: _run([cc, *flags, "-o", str(tmp), str(source)]))
+    key = _hash_inputs(source.read_bytes(), " ".join(flags).encode(),
+                       *(h.read_bytes() for h in headers))
+    target = cache_dir / f"fanmod-{key}.so"
+    return _atomic_build(target, lambda tmp: _run([cc, *flags, "-o", str(tmp), str(source),
+                                                   "-lm"]))
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
@@ -232,6 +248,12 @@ class BmcSim:
             mod = build_fanmod(self.cache_dir)
             args = [f"log={self.log_path}", f"faults={self.faults_path}"]
             args += [f"iana={iana}" for iana in opts.ianas]
+            args += [f"tach={fan}:{','.join(f'{n:#x}' for n in sensors)}"
+                     for fan, sensors in sorted(opts.fans.items())]
+            if opts.fans:
+                args += [f"tach_full={opts.tach_full}", f"tach_tau_ms={opts.tach_tau_ms}",
+                         f"auto_duty={opts.auto_duty}",
+                         f"ignore_fans={int(opts.ignores_fan_commands)}"]
             lines.append(f"loadlib {_quote(str(mod))} {_quote(' '.join(args))}")
         return "\n".join(lines) + "\n"
 
@@ -384,6 +406,20 @@ class BmcSim:
 
     def set_gpu_temp(self, gpu: int, celsius: int) -> None:
         self.set_sensor_raw(GPU_TEMP_BASE + gpu, int(celsius))
+
+    def read_sensor_raw(self, number: int) -> int:
+        """The raw reading of sensor ``number``, read over IPMI (Get Sensor Reading):
+        the console cannot read sensors."""
+        proc = subprocess.run(["ipmitool", *self.ipmitool_args(), "raw", "0x04", "0x2d",
+                               f"{number:#04x}"], capture_output=True, text=True, timeout=30,
+                              check=False)
+        if proc.returncode != 0 or not proc.stdout.split():
+            raise SimError(f"cannot read sensor {number:#04x}: {proc.stderr.strip()}")
+        return int(proc.stdout.split()[0], 16)
+
+    def fan_rpm(self, fan: int) -> int:
+        """FAN``fan``'s (1-8) tachometer in RPM (100 RPM per count)."""
+        return self.read_sensor_raw(FAN_BASE + fan - 1) * RPM_PER_COUNT
 
     def set_cpu_temp(self, celsius: int) -> None:
         self.set_sensor_raw(CPU_TEMP, int(celsius))

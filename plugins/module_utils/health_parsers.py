@@ -164,6 +164,7 @@ FAN_METRICS = {
     "power_cap_active": FAN_PREFIX + "power_cap_active",
     "power_cap_watts": FAN_PREFIX + "power_cap_watts",
     "cycles": FAN_PREFIX + "cycles_total",
+    "probe_failed": FAN_PREFIX + "probe_failed",
 }
 FAN_ALARM_STATES = ("failsafe", "bmc_lost")
 _SENSOR_ROLE_FIELD = {"gpu_temp": "gpu_temp_c", "cpu_temp": "cpu_temp_c"}
@@ -186,7 +187,7 @@ def fan_summary(samples):
     out = {"gpu_temp_c": {}, "cpu_temp_c": {}, "gpu_power_w": {}, "fan_duty_percent": {},
            "zone_state": {}, "psu_failed": {}, "bmc_reachable": None,
            "power_cap_active": None, "power_cap_watts": None, "cycles": None,
-           "alarms": []}
+           "probe_failed": None, "alarms": []}
     m = FAN_METRICS
     for name, labels, value in samples:
         if name == m["sensor"]:
@@ -210,11 +211,16 @@ def fan_summary(samples):
             out["power_cap_watts"] = _num(value)
         elif name == m["cycles"]:
             out["cycles"] = _num(value)
+        elif name == m["probe_failed"]:
+            out["probe_failed"] = value == 1
     for zone, state in sorted(out["zone_state"].items()):
         if state in FAN_ALARM_STATES:
             out["alarms"].append(f"fan zone {zone} is in state {state}")
     if out["bmc_reachable"] is False:
         out["alarms"].append("the fan daemon cannot reach the BMC")
+    if out["probe_failed"]:
+        out["alarms"].append("junkyard-fan --probe found that the fan command does not move "
+                             "this node's fans: they stay under the BMC's control")
     return out
 
 

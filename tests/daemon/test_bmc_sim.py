@@ -133,3 +133,53 @@ def test_chassis_power_runs_the_startcmd(tmp_path):
                and time.monotonic() < deadline):
             time.sleep(0.2)
         assert "Chassis Power is off" in ipmitool(sim, "chassis", "power", "status").stdout
+
+
+def wait_rpm(sim: BmcSim, fans: list[int], pred, timeout: float = 15.0) -> list[int]:
+    end = time.monotonic() + timeout
+    rpms = [sim.fan_rpm(f) for f in fans]
+    while not pred(rpms) and time.monotonic() < end:
+        time.sleep(0.2)
+        rpms = [sim.fan_rpm(f) for f in fans]
+    return rpms
+
+
+@pytest.mark.bmc
+@pytestmark_bmc
+def test_tachometers_follow_the_commanded_duty_of_their_zone(sim):
+    # automatic at the start: 30 % of 16,500 RPM, 49.5 counts rounded
+    assert [sim.fan_rpm(f) for f in range(1, 9)] == [5000] * 8
+    assert raw(sim, "0x2e", "0x10", "0x0a", "0x3c", "0x00", "0x02", "0x01", "0x64").returncode == 0
+    # zone 2 (FAN4-6) rises toward 100 % x 16,500 RPM, with a lag, not at once
+    first = [sim.fan_rpm(f) for f in (4, 5, 6)]
+    assert all(r < 16500 for r in first)
+    rpms = wait_rpm(sim, [4, 5, 6], lambda r: all(x == 16500 for x in r))
+    assert rpms == [16500] * 3
+    # the other zones did not move
+    assert [sim.fan_rpm(f) for f in (1, 2, 3, 7, 8)] == [5000] * 5
+    # a lower duty brings them down; automatic mode back to 30 %
+    raw(sim, "0x2e", "0x10", "0x0a", "0x3c", "0x00", "0x02", "0x01", "0x28")
+    assert wait_rpm(sim, [4], lambda r: r[0] == 6600) == [6600]
+    raw(sim, "0x2e", "0x10", "0x0a", "0x3c", "0x00", "0x02", "0x00", "0x00")
+    assert wait_rpm(sim, [4], lambda r: r[0] == 5000) == [5000]
+
+
+@pytest.mark.bmc
+@pytestmark_bmc
+def test_a_board_that_ignores_the_fan_command(tmp_path):
+    with BmcSim(tmp_path / "bmc", SimOptions(ignores_fan_commands=True)) as sim:
+        out = raw(sim, "0x2e", "0x10", "0x0a", "0x3c", "0x00", "0x01", "0x01", "0x64")
+        assert out.stdout.split()[2] == "00"  # accepted, completion code 0
+        assert [c.data for c in sim.fan_commands()] == [(0x0A, 0x3C, 0, 1, 1, 0x64)]
+        time.sleep(2.0)  # two time constants: a following fan would be near 100 % by now
+        assert [sim.fan_rpm(f) for f in (1, 2, 3)] == [5000] * 3
+
+
+@pytest.mark.bmc
+@pytestmark_bmc
+def test_supermicro_style_zone_command_moves_the_tachometers(tmp_path):
+    opts = SimOptions(fans={0: (0x31, 0x32), 1: (0x33, 0x34)}, tach_tau_ms=200)
+    with BmcSim(tmp_path / "bmc", opts) as sim:
+        raw(sim, "0x30", "0x70", "0x66", "0x01", "0x01", "0x64")
+        assert wait_rpm(sim, [3, 4], lambda r: r == [16500, 16500]) == [16500, 16500]
+        assert [sim.fan_rpm(f) for f in (1, 2)] == [5000, 5000]

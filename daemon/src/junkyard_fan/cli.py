@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import probe
 from .config import Config, ConfigError, load_config
 from .control import CpuZoneController, GpuZoneController
 from .daemon import Daemon, Shutdown
@@ -19,6 +20,7 @@ DEFAULT_CONFIG = Path("/etc/junkyard-fan/config.yml")
 EXIT_CONFIG = 2
 EXIT_BMC = 3
 EXIT_ERROR = 1
+EXIT_PROBE = 4  # --probe: a zone's fans did not follow the command, or were not tested
 
 
 def _raise_shutdown(signum: int, _frame: object) -> None:
@@ -42,6 +44,8 @@ def one_shot(cfg: Config, daemon: Daemon) -> str:
             shown = "no reading"
         elif st.role == "current":
             shown = f"{st.value:.2f} A -> {daemon.gpu_power_w(key):.0f} W"
+        elif st.role == "gpu_power_hwmon":
+            shown = f"{st.value:.0f} W"
         else:
             shown = f"{st.value:.1f} C"
         lines.append(f"  {st.info.name:<20} {key:<40} {shown}")
@@ -92,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="validate the configuration and its sensors against the BMC")
     mode.add_argument("--check-config", action="store_true",
                       help="validate the configuration file only (no BMC access)")
+    mode.add_argument("--probe", action="store_true",
+                      help="set each zone to two duties, read its tachometers back, report "
+                           "whether the command moves the fans, and write the result the "
+                           "daemon reads at start (stop the daemon first)")
     args = parser.parse_args(argv)
 
     try:
@@ -113,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     daemon: Daemon | None = None
     try:
         daemon = Daemon(cfg, Bmc(cfg.bmc, cfg.timings))
+        if args.probe:
+            return _probe(cfg, daemon, log)
+        if changes:
+            status, why = probe.verdict(cfg)
+            if status == probe.FAILED:
+                daemon.hands_off = why
+            else:
+                log.info("fan probe: %s", why)
         return _serve(args, cfg, daemon, changes, log)
     except Shutdown as sig:
         if changes and daemon is not None and not daemon.ended_safe:
@@ -130,6 +146,33 @@ def main(argv: list[str] | None = None) -> int:
             log.critical("ending on an unhandled error: %s: %s", type(err).__name__, err)
             return EXIT_ERROR
         raise
+
+
+def _rpm(value: float | None) -> str:
+    return "none" if value is None else f"{value:.0f}"
+
+
+def _probe(cfg: Config, daemon: Daemon, log: logging.Logger) -> int:
+    result = None
+    try:
+        result = probe.run(cfg, daemon.bmc)
+    except ConfigError as err:
+        print(f"junkyard-fan: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except BmcError as err:
+        log.error("probe: %s", err)
+        return EXIT_BMC
+    finally:
+        probe.finish(cfg, daemon.bmc, result)
+        daemon.ended_safe = True
+    for name, zone in result["zones"].items():
+        line = f"zone {name} (fan_id {zone['fan_id']}): {zone['status']}"
+        if zone["problem"]:
+            line += f": {zone['problem']}"
+        rpm = ", ".join(f"{n} {_rpm(lo)} -> {_rpm(hi)}" for n, (lo, hi) in zone["rpm"].items())
+        print(f"{line} ({rpm} RPM)" if rpm else line)
+    print(f"probe {result['status']}: written to {cfg.probe.result_file}")
+    return 0 if result["status"] == probe.PASSED else EXIT_PROBE
 
 
 def _serve(args: argparse.Namespace, cfg: Config, daemon: Daemon, changes: bool,

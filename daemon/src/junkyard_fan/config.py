@@ -50,6 +50,8 @@ class FanZone:
     fan_id: int
     gpus: tuple[int, ...]
     kind: str  # "gpu" or "cpu"
+    # The zone's fan tachometers (for ``--probe``: do the fans follow the command?)
+    tach_sensors: tuple[SensorRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class Profile:
     auto: RawCommand | None
     manual: RawCommand | None
     duty_scale: int  # the byte value written for 100 %
+    # PCI addresses (0000:03:00.0) in GPU order: ties the GPU numbers of the
+    # current sensors and zones to amdgpu's devices. Empty: PCI address order.
+    gpu_pci_addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,30 @@ class Metrics:
     textfile: Path | None
 
 
+HWMON_TEMPERATURES = ("edge", "junction", "mem")
+
+
+@dataclass(frozen=True)
+class Hwmon:
+    """In-band GPU sensors: amdgpu's hwmon files under ``sysfs_root``."""
+
+    enabled: bool = True  # used for temperatures when the profile has no BMC GPU temperatures
+    sysfs_root: Path = Path("/sys")
+    temperature: str = "edge"  # the hwmon channel (temp*_label) the zones follow
+    power_check: bool = True  # compare the BMC's GPU power with amdgpu's power1_average
+    power_ratio: tuple[float, float] = (0.6, 1.6)  # BMC / amdgpu within this: plausible
+
+
+@dataclass(frozen=True)
+class Probe:
+    """``--probe``: does the fan command move the fans? Its result gates the daemon."""
+
+    result_file: Path = Path("/var/log/junkyard-fan/probe.json")
+    duties: tuple[float, float] = (40.0, 100.0)
+    settle: float = 10.0  # seconds after a command before the tachometers are read
+    min_change: float = 0.2  # each fan's RPM must rise by this share of its high-duty RPM
+
+
 @dataclass(frozen=True)
 class Config:
     profile: Profile
@@ -159,6 +188,8 @@ class Config:
     power_guard: PowerGuard
     metrics: Metrics
     log_level: str
+    hwmon: Hwmon = field(default_factory=Hwmon)
+    probe: Probe = field(default_factory=Probe)
 
     def gpu_cap_w(self) -> float:
         """Per-GPU power cap that keeps the node within one PSU's rating."""
@@ -327,9 +358,11 @@ def _profile(v: _V, raw: Any) -> Profile | None:
     if raw is None:
         v.err(k, "is required")
         return None
-    gpu = v.mapping(v.get(m, k, "gpu", {}), f"{k}.gpu", {"count", "max_power_w"}, _GPU_IGNORED)
+    gpu_keys = {"count", "max_power_w", "pci_addresses"}
+    gpu = v.mapping(v.get(m, k, "gpu", {}), f"{k}.gpu", gpu_keys, _GPU_IGNORED)
     gpu_count = v.number(gpu, f"{k}.gpu", "count", integer=True, minimum=0)
     max_power = v.number(gpu, f"{k}.gpu", "max_power_w", 300, positive=True)
+    pci = _pci_addresses(v, gpu.get("pci_addresses"), f"{k}.gpu.pci_addresses", gpu_count)
 
     kb = f"{k}.bmc"
     bmc = v.mapping(v.get(m, k, "bmc"), kb, {
@@ -391,8 +424,41 @@ def _profile(v: _V, raw: Any) -> Profile | None:
         current_calibration=float(calibration), gpu_current_sensors=currents,
         gpu_temp_sensors=temps, cpu_temp_sensors=cpu_temps, psu_status_sensors=psus,
         psu_count=psu_count, psu_rating_w=float(rating), fan_zones=zones, set_duty=set_duty,
+        gpu_pci_addresses=pci,
         auto=auto, manual=manual, duty_scale=scale,
     )
+
+
+_PCI_ADDRESS = re.compile(r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
+
+
+def normalise_pci(address: str) -> str | None:
+    """``03:00.0`` or ``0000:03:00.0`` (any case) -> ``0000:03:00.0``; None if not one."""
+    m = _PCI_ADDRESS.match(address.strip().lower())
+    if not m:
+        return None
+    return f"{m.group(1) or '0000'}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
+
+
+def _pci_addresses(v: _V, raw: Any, key: str, gpu_count: int | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        v.err(key, f"must be a list of PCI addresses in GPU order, got {raw!r}")
+        return ()
+    out: list[str] = []
+    for i, item in enumerate(raw):
+        addr = normalise_pci(item) if isinstance(item, str) else None
+        if addr is None:
+            v.err(f"{key}[{i}]", f"is not a PCI address like 0000:03:00.0, got {item!r}")
+        elif addr in out:
+            v.err(f"{key}[{i}]", f"PCI address {addr} is listed twice")
+        else:
+            out.append(addr)
+    if gpu_count is not None and len(raw) != gpu_count:
+        v.err(key, f"lists {len(raw)} addresses but profile.gpu.count is {gpu_count}: "
+                   "one per GPU, in GPU order")
+    return tuple(out)
 
 
 def _zones(v: _V, raw: Any, key: str, gpu_count: int | None,
@@ -409,8 +475,9 @@ def _zones(v: _V, raw: Any, key: str, gpu_count: int | None,
     ok = True
     for i, zraw in enumerate(raw):
         kz = f"{key}[{i}]"
-        z = v.mapping(zraw, kz, {"name", "fan_id", "gpus", "kind"})
+        z = v.mapping(zraw, kz, {"name", "fan_id", "gpus", "kind", "tach_sensors"})
         name = v.get(z, kz, "name")
+        tachs = v.sensors(z, kz, "tach_sensors", [])
         fan_id = v.number(z, kz, "fan_id", integer=True, minimum=0, maximum=255)
         gpus = v.get(z, kz, "gpus", [])
         if name is not None and (not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name)):
@@ -450,7 +517,8 @@ def _zones(v: _V, raw: Any, key: str, gpu_count: int | None,
         if name is None or fan_id is None or kind is None:
             ok = False
             continue
-        zones.append(FanZone(name=name, fan_id=fan_id, gpus=tuple(gpu_list), kind=kind))
+        zones.append(FanZone(name=name, fan_id=fan_id, gpus=tuple(gpu_list), kind=kind,
+                             tach_sensors=tachs))
     if gpu_count:
         uncooled = sorted(set(range(gpu_count)) - set(owner))
         if uncooled and ok:
@@ -666,6 +734,53 @@ def _power_guard(v: _V, raw: Any, profile: Profile | None) -> PowerGuard | None:
     return PowerGuard(**g)
 
 
+def _hwmon(v: _V, raw: Any) -> Hwmon | None:
+    k = "hwmon"
+    m = v.mapping(raw, k, {"enabled", "sysfs_root", "temperature", "power_check",
+                           "power_ratio"})
+    root = v.get(m, k, "sysfs_root", "/sys")
+    if not isinstance(root, str) or not root.startswith("/"):
+        v.err(f"{k}.sysfs_root", f"must be an absolute path, got {root!r}")
+        root = None
+    ratio = v.get(m, k, "power_ratio", [0.6, 1.6])
+    if (not isinstance(ratio, list) or len(ratio) != 2
+            or not all(isinstance(r, int | float) and not isinstance(r, bool) for r in ratio)
+            or not 0 < ratio[0] < 1 < ratio[1]):
+        v.err(f"{k}.power_ratio", f"must be [low, high] with 0 < low < 1 < high, got {ratio!r}")
+        ratio = None
+    h = dict(
+        enabled=v.boolean(m, k, "enabled", True),
+        temperature=v.choice(m, k, "temperature", HWMON_TEMPERATURES, "edge"),
+        power_check=v.boolean(m, k, "power_check", True),
+    )
+    if root is None or ratio is None or None in h.values():
+        return None
+    return Hwmon(sysfs_root=Path(root), power_ratio=(float(ratio[0]), float(ratio[1])), **h)
+
+
+def _probe(v: _V, raw: Any) -> Probe | None:
+    k = "probe"
+    m = v.mapping(raw, k, {"result_file", "duties", "settle", "min_change"})
+    path = v.get(m, k, "result_file", "/var/log/junkyard-fan/probe.json")
+    if not isinstance(path, str) or not path.startswith("/"):
+        v.err(f"{k}.result_file", f"must be an absolute path, got {path!r}")
+        path = None
+    duties = v.get(m, k, "duties", [40, 100])
+    if (not isinstance(duties, list) or len(duties) != 2
+            or not all(isinstance(d, int | float) and not isinstance(d, bool) for d in duties)
+            or not 10 <= duties[0] < duties[1] <= 100):
+        v.err(f"{k}.duties", f"must be [low, high] % with 10 <= low < high <= 100, "
+                             f"got {duties!r}")
+        duties = None
+    settle = v.number(m, k, "settle", 10.0, minimum=0, maximum=120)
+    change = v.number(m, k, "min_change", 0.2, positive=True, maximum=0.9)
+    if None in (path, duties, settle, change):
+        return None
+    assert isinstance(path, str) and isinstance(duties, list)
+    return Probe(result_file=Path(path), duties=(float(duties[0]), float(duties[1])),
+                 settle=float(settle), min_change=float(change))
+
+
 def parse_config(raw: Any, *, env: dict[str, str] | None = None,
                  base: Path | None = None) -> Config:
     """Validate a loaded YAML document; raise ConfigError listing every problem."""
@@ -673,7 +788,7 @@ def parse_config(raw: Any, *, env: dict[str, str] | None = None,
     env = dict(os.environ) if env is None else env
     base = base or Path.cwd()
     top = v.mapping(raw, "", {"profile", "control", "timings", "bmc", "power_guard",
-                              "metrics", "log_level"})
+                              "metrics", "log_level", "hwmon", "probe"})
     if raw is None or not isinstance(raw, dict):
         if raw is None:
             v.err("(top level)", "the configuration is empty")
@@ -691,13 +806,16 @@ def parse_config(raw: Any, *, env: dict[str, str] | None = None,
     if textfile is not None and not isinstance(textfile, str):
         v.err("metrics.textfile", f"must be a path, got {textfile!r}")
     log_level = v.choice(top, "", "log_level", ("debug", "info", "warning", "error"), "info")
+    hwmon = _hwmon(v, top.get("hwmon"))
+    probe = _probe(v, top.get("probe"))
     if v.problems:
         raise ConfigError(v.problems)
     assert profile and gpu_law and cpu_law and timings and bmc and guard and log_level
+    assert hwmon and probe
     return Config(profile=profile, gpu_law=gpu_law, cpu_law=cpu_law, timings=timings, bmc=bmc,
                   power_guard=guard,
                   metrics=Metrics(textfile=Path(textfile) if isinstance(textfile, str) else None),
-                  log_level=log_level)
+                  log_level=log_level, hwmon=hwmon, probe=probe)
 
 
 def load_config(path: Path, env: dict[str, str] | None = None) -> Config:

@@ -23,8 +23,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from . import metrics
+from . import hwmon, metrics
 from .config import Config, ConfigError, FanZone, SensorRef
 from .control import FULL, CpuZoneController, GpuZoneController, ZoneController
 from .ipmi import (
@@ -62,11 +63,13 @@ class Shutdown(BaseException):
 @dataclass
 class SensorState:
     info: SensorInfo
-    role: str  # "current", "gpu_temp", "cpu_temp", "psu"
+    role: str  # "current", "gpu_temp", "cpu_temp", "psu", "gpu_power_hwmon"
     value: float | None = None
     states: int | None = None
     at: float | None = None  # monotonic time of the last valid reading
     high: bool = False  # the last reading was implausibly high: fail towards cooling
+    source: str = "bmc"  # "bmc", or "hwmon" (amdgpu's sysfs file ``path``)
+    path: Path | None = None
 
     def fresh(self, now: float, stale_after: float) -> bool:
         return self.at is not None and now - self.at <= stale_after
@@ -101,6 +104,11 @@ class Daemon:
         self.local_write_error_since: float | None = None
         self.ended_safe = False  # the exit fail-safe ran (or is running)
         self._logged: dict[str, str] = {}
+        self.hwmon_problems: list[str] = []
+        # Set when junkyard-fan --probe found that the fan command does not move
+        # this node's fans: the daemon then never sends a fan command.
+        self.hands_off: str | None = None
+        self.power_mismatch: dict[int, bool] = {}  # GPU -> BMC power disagrees with amdgpu
 
     # ------------------------------------------------------------- set up
     def sensor_refs(self) -> dict[str, tuple[SensorRef, str]]:
@@ -125,6 +133,7 @@ class Daemon:
         infos = self.bmc.resolve({k: ref for k, (ref, _role) in refs.items()})
         self.sensors = {k: SensorState(info=infos[k], role=role)
                         for k, (_ref, role) in refs.items()}
+        self.setup_hwmon()
         now = self.clock()
         p = self.cfg.profile
         self.zones = []
@@ -135,12 +144,25 @@ class Daemon:
                 zs.sensors = [f"profile.bmc.gpu_current_sensors[{g}]" for g in z.gpus]
                 if p.gpu_temp_sensors:
                     zs.sensors += [f"profile.bmc.gpu_temp_sensors[{g}]" for g in z.gpus]
+                else:
+                    zs.sensors += [key for g in z.gpus for key in [f"hwmon.gpu[{g}].temp"]
+                                   if key in self.sensors]
             else:
                 zs = ZoneState(z, CpuZoneController(z, self.cfg.cpu_law))
                 zs.sensors = [f"profile.bmc.cpu_temp_sensors[{i}]"
                               for i in range(len(p.cpu_temp_sensors))]
             zs.last_input = now  # the deadline runs from start-up
             self.zones.append(zs)
+        if self.hands_off is not None:
+            log.error("not taking over the fans, they stay under the BMC's control: %s",
+                      self.hands_off)
+            if p.auto is not None and touch_fans:
+                try:
+                    self.bmc.raw([RawRequest(*p.auto.render(fan_id=z.fan_id))
+                                  for z in p.fan_zones], op="auto")
+                except BmcError as err:
+                    log.warning("could not hand the fans to the BMC (auto command): %s", err)
+            return
         if p.manual is not None and touch_fans:
             reqs = [RawRequest(*p.manual.render(fan_id=z.fan_id)) for z in p.fan_zones]
             try:
@@ -148,13 +170,47 @@ class Daemon:
             except BmcError as err:
                 log.warning("could not switch fans to manual mode yet: %s", err)
 
+    def setup_hwmon(self) -> None:
+        """Add amdgpu's hwmon files: GPU temperatures (when the profile has no BMC
+        GPU temperatures) and GPU power (the cross-check of the BMC's currents)."""
+        h, p = self.cfg.hwmon, self.cfg.profile
+        if not h.enabled or not p.gpu_count:
+            return
+        gpus = hwmon.discover(h.sysfs_root)
+        mapping, problems = hwmon.assign(gpus, p.gpu_count, p.gpu_pci_addresses)
+        use_temps = not p.gpu_temp_sensors
+        for i, gpu in sorted(mapping.items()):
+            path = gpu.temps.get(h.temperature)
+            if use_temps and path is None:
+                problems.append(f"GPU {i} ({gpu.pci}): no {h.temperature} temperature in "
+                                f"{gpu.hwmon} (it has: {', '.join(sorted(gpu.temps)) or 'none'})")
+            elif use_temps:
+                self.sensors[f"hwmon.gpu[{i}].temp"] = SensorState(
+                    info=SensorInfo(name=f"GPU{i} {h.temperature} (amdgpu {gpu.pci})",
+                                    number=-1, record_id=-1, discrete=False),
+                    role="gpu_temp", source="hwmon", path=path)
+            if gpu.power is not None:
+                self.sensors[f"hwmon.gpu[{i}].power"] = SensorState(
+                    info=SensorInfo(name=f"GPU{i} power (amdgpu {gpu.pci})", number=-1,
+                                    record_id=-1, discrete=False),
+                    role="gpu_power_hwmon", source="hwmon", path=gpu.power)
+        self.hwmon_problems = problems
+        for problem in problems:
+            log.error("amdgpu hwmon: %s", problem)
+        order = "profile.gpu.pci_addresses" if p.gpu_pci_addresses else "PCI address order"
+        log.info("amdgpu hwmon: %d of %d GPUs found under %s (%s)%s", len(mapping),
+                 p.gpu_count, h.sysfs_root, order,
+                 f"; zones follow their {h.temperature} temperature" if use_temps and mapping
+                 else "")
+
     def rediscover(self) -> None:
         """The BMC's SDR changed under us: read it again and re-resolve the sensors."""
         self.bmc.transport.sdr_changed = False
         log.warning("the BMC's sensor records changed: reading its SDR again")
         try:
             self.bmc.discover()
-            infos = self.bmc.resolve({k: st.info.name for k, st in self.sensors.items()})
+            infos = self.bmc.resolve({k: st.info.name for k, st in self.sensors.items()
+                                      if st.source == "bmc"})
         except (BmcError, ConfigError) as err:
             # Zones whose sensors are gone get no input: hold, then 100 %.
             self._once("sdr", str(err), logging.ERROR, "SDR re-read failed: %s", err)
@@ -175,6 +231,8 @@ class Daemon:
             return "ok" if r.states is not None else "none"
         if r.value is None:
             return "none"
+        if role == "gpu_power_hwmon":
+            return "ok" if r.value >= 0 else "none"
         if role == "current":
             p = self.cfg.profile
             watts = r.value * p.current_calibration * p.supply_voltage
@@ -201,9 +259,65 @@ class Daemon:
         return round(duty * self.cfg.profile.duty_scale / 100.0)
 
     # -------------------------------------------------------------- cycle
+    def read_hwmon(self) -> None:
+        """Read amdgpu's hwmon files; a file that cannot be read is no reading."""
+        at = self.clock()
+        for st in self.sensors.values():
+            if st.source != "hwmon" or st.path is None:
+                continue
+            value = (hwmon.read_temp_c(st.path) if st.role == "gpu_temp"
+                     else hwmon.read_power_w(st.path))
+            r = Reading(value=value)
+            ok = self.plausibility(st.role, r) != "none"
+            self._once(f"hwmon:{st.info.name}", str(ok), logging.INFO if ok else logging.WARNING,
+                       "%s: %s", st.info.name, f"reading {st.path}" if ok
+                       else f"no reading from {st.path} ({value!r})")
+            if ok:
+                self._apply(st, r, at)
+
+    def _apply(self, st: SensorState, r: Reading, at: float) -> None:
+        st.value, st.states, st.at = r.value, r.states, at
+        high = self.plausibility(st.role, r) == "high"
+        if high != st.high:
+            self._once(f"high:{st.info.name}", str(high),
+                       logging.ERROR if high else logging.INFO,
+                       "%s reads %s: %s", st.info.name, r.value,
+                       "implausibly high, its zone goes to 100 %" if high
+                       else "plausible again")
+        st.high = high
+
+    def check_power(self, now: float) -> None:
+        """Compare each GPU's power from the BMC's current with amdgpu's own figure.
+
+        amdgpu reports the SoC's power, the BMC the 12 V rail of the whole card,
+        so they never agree exactly; outside ``hwmon.power_ratio`` the BMC's
+        current (or its calibration, like the G292-Z45's factor 2) is suspect."""
+        h, p, t = self.cfg.hwmon, self.cfg.profile, self.cfg.timings
+        if not h.power_check:
+            return
+        for i in range(p.gpu_count):
+            cur = self.sensors.get(f"profile.bmc.gpu_current_sensors[{i}]")
+            hw = self.sensors.get(f"hwmon.gpu[{i}].power")
+            if (cur is None or hw is None or not cur.fresh(now, t.stale_after)
+                    or not hw.fresh(now, t.stale_after) or hw.value is None):
+                continue
+            if hw.value < 0.3 * p.gpu_max_power_w:
+                continue  # idle: small figures, large ratios, nothing learnt
+            bmc_w = self.gpu_power_w(f"profile.bmc.gpu_current_sensors[{i}]")
+            ratio = bmc_w / hw.value
+            bad = not h.power_ratio[0] <= ratio <= h.power_ratio[1]
+            if bad or self.power_mismatch.get(i):
+                self._once(f"power:{i}", str(bad), logging.WARNING if bad else logging.INFO,
+                           "GPU %d: the BMC's current gives %.0f W, amdgpu reports %.0f W "
+                           "(ratio %.2f): %s", i, bmc_w, hw.value, ratio,
+                           "check profile.bmc.current_calibration and the sensor order"
+                           if bad else "they agree again")
+            self.power_mismatch[i] = bad
+
     def read(self, now: float) -> bool:
         """One BMC read of all sensors. False if the BMC did not answer."""
-        infos = [s.info for s in self.sensors.values()]
+        self.read_hwmon()
+        infos = [s.info for s in self.sensors.values() if s.source == "bmc"]
         unique = list({i.record_id: i for i in infos}.values())
         try:
             got = self.bmc.read(unique, self.valid)
@@ -222,21 +336,18 @@ class Daemon:
         # may take seconds, and its readings must not arrive stale.
         at = max(now, self.clock())
         for st in self.sensors.values():
-            r = got.get(st.info.name)
+            r = got.get(st.info.name) if st.source == "bmc" else None
             if r is not None:
-                st.value, st.states, st.at = r.value, r.states, at
-                high = self.plausibility(st.role, r) == "high"
-                if high != st.high:
-                    self._once(f"high:{st.info.name}", str(high),
-                               logging.ERROR if high else logging.INFO,
-                               "%s reads %s: %s", st.info.name, r.value,
-                               "implausibly high, its zone goes to 100 %" if high
-                               else "plausible again")
-                st.high = high
+                self._apply(st, r, at)
+        self.check_power(at)
         return True
 
     def decide(self, now: float) -> None:
         t = self.cfg.timings
+        if self.hands_off is not None:
+            for zs in self.zones:
+                zs.state, zs.duty = "bmc_control", None
+            return
         for zs in self.zones:
             fresh = all(self.sensors[k].fresh(now, t.stale_after) for k in zs.sensors)
             ctl = zs.controller
@@ -288,6 +399,8 @@ class Daemon:
 
     def write(self, now: float) -> None:
         """Send the zones whose duty changed (or all, when a refresh is due)."""
+        if self.hands_off is not None:
+            return
         everything = self.need_full or now - self.last_write >= self.cfg.timings.rewrite_every
         todo = [zs for zs in self.zones if zs.duty is not None
                 and (everything or zs.written != self._byte(zs.duty))]
@@ -365,6 +478,9 @@ class Daemon:
         batch path or a full ``/run`` does not leave the fans where they were.
         """
         self.ended_safe = True
+        if self.hands_off is not None:
+            log.warning("%s: the fans are under the BMC's control, not touching them", reason)
+            return True
         log.warning("%s: setting every fan zone to 100 %%", reason)
         p = self.cfg.profile
         zones = list(p.fan_zones)
@@ -434,14 +550,21 @@ class Daemon:
             if st.role == "current" and st.value is not None:
                 gpu = key.rsplit("[", 1)[1].rstrip("]")
                 out.append(("gpu_power_watts", {"gpu": gpu}, self.gpu_power_w(key)))
+        for gpu, bad in sorted(self.power_mismatch.items()):
+            out.append(("gpu_power_mismatch", {"gpu": str(gpu)}, 1.0 if bad else 0.0))
+        if self.cfg.hwmon.enabled and self.cfg.profile.gpu_count:
+            out.append(("hwmon_gpus", {}, len({k.split("]")[0] for k, st in self.sensors.items()
+                                               if st.source == "hwmon"})))
+            out.append(("hwmon_problems", {}, len(self.hwmon_problems)))
         for zs in self.zones:
             if zs.duty is not None:
                 out.append(("zone_duty_percent", {"zone": zs.zone.name}, zs.duty))
-            for state in ("ok", "hold", "failsafe", "override", "bmc_lost"):
+            for state in ("ok", "hold", "failsafe", "override", "bmc_lost", "bmc_control"):
                 out.append(("zone_state", {"zone": zs.zone.name, "state": state},
                             1.0 if zs.state == state else 0.0))
             out.append(("zone_input_age_seconds", {"zone": zs.zone.name}, now - zs.last_input))
         out.append(("bmc_reachable", {}, 1.0 if self.bmc_reachable else 0.0))
+        out.append(("probe_failed", {}, 1.0 if self.hands_off is not None else 0.0))
         for (op, kind), n in sorted(self.bmc.errors.items()):
             out.append(("bmc_errors_total", {"op": op, "kind": kind}, n))
         for op, n in sorted(self.bmc.tries.items()):

@@ -11,9 +11,14 @@ PREFIX = "junkyard_fan_"
 HELP = {
     "sensor_reading": ("gauge", "Last valid sensor reading, in the sensor's unit"),
     "gpu_power_watts": ("gauge", "GPU power from the 12 V current, calibrated"),
+    "gpu_power_mismatch": ("gauge", "1 if the BMC's GPU power disagrees with amdgpu's"),
+    "hwmon_gpus": ("gauge", "GPUs whose amdgpu hwmon files the daemon reads"),
+    "hwmon_problems": ("gauge", "Problems found matching amdgpu devices to the profile"),
     "zone_duty_percent": ("gauge", "Duty the daemon last decided for the zone"),
     "zone_state": ("gauge", "1 for the zone's current state (ok/hold/failsafe/override/"
-                            "bmc_lost)"),
+                            "bmc_lost/bmc_control)"),
+    "probe_failed": ("gauge", "1 if junkyard-fan --probe found the fan command does not "
+                              "move the fans: the daemon leaves them to the BMC"),
     "zone_input_age_seconds": ("gauge", "Seconds since the zone last had valid input"),
     "bmc_reachable": ("gauge", "1 if the BMC answered in the last cycle"),
     "bmc_errors_total": ("counter", "BMC call failures by operation and kind"),
