@@ -21,7 +21,7 @@ description:
     C(zdb -l) (the disk and each of its partitions). Disks carrying a partition table, a
     filesystem or RAID signature, or a ZFS label are refused unless listed in O(wipe_disks);
     only those are erased, with C(zpool labelclear -f) and C(wipefs -a), right before creation.
-  - A disk in O(wipe_disks) whose ZFS label names a pool (read with C(zdb -l): the pool's name,
+  - A disk in O(wipe_disks) whose ZFS label names a pool (read with C(zdb -l), the pool's name,
     guid, state and last host; an exported pool is not in C(zpool status) but C(zpool import)
     brings it back) is wiped only if that pool is named in O(wipe_pools). A disk of a pool that is
     imported (under any name, found by guid in C(zpool list)) is never wiped. The refusal names
