@@ -63,6 +63,20 @@ def _nfs_options(model):
     return f"vers={version},tcp"
 
 
+# Persistent writable paths are the node's own NFS datasets, writable by root
+# on the node: they are mounted nodev (device nodes there are never honoured)
+# and nosuid, except where installed programs live, which may need their
+# setuid bit (a persistent /opt or /usr/local).
+_PROGRAM_DIRS = ("/usr", "/opt", "/bin", "/sbin", "/lib")
+
+
+def _restrict_options(path):
+    path = path.rstrip("/")
+    if any(path == d or path.startswith(d + "/") for d in _PROGRAM_DIRS):
+        return "nodev"
+    return "nosuid,nodev"
+
+
 def writable_table(model, attempts=3, timeout=60):
     """The writable-path table for the initramfs script (see
     roles/stateless_root/files/initramfs-tools/scripts/init-bottom/junkyard-writable.sh).
@@ -74,6 +88,10 @@ def writable_table(model, attempts=3, timeout=60):
       node <name>                          one per node the table knows
       * <kind> <path> <name> <options|->   in mount order, for every node
       <node> persistent <path> <source> <nfs options>
+
+    The options of a persistent line are NFS options for klibc's nfsmount
+    and the mount flags ``nosuid``/``nodev`` (see ``_restrict_options``),
+    which the script sets with a remount once the NFS mount is made.
     """
     policy = model.get("writable_failure_policy", "stop")
     if policy not in ("stop", "tmpfs"):
@@ -100,7 +118,8 @@ def writable_table(model, attempts=3, timeout=60):
         for m in n.get("writable", []):
             if m["kind"] == "persistent":
                 lines.append(" ".join([n["name"], "persistent", _field(m["path"], "writable path"),
-                                       _field(m["source"], "NFS source"), nfs_opts]))
+                                       _field(m["source"], "NFS source"),
+                                       f"{nfs_opts},{_restrict_options(m['path'])}"]))
     return "\n".join(lines) + "\n"
 
 

@@ -334,3 +334,67 @@ def zdb_has_label(rc: int, out: str) -> bool:
     """``zdb -l`` prints the label nvlist (with pool_guid) and exits 0 when a
     label is found; it prints 'failed to unpack label N' otherwise."""
     return rc == 0 and "pool_guid" in out
+
+
+# pool_state_t of OpenZFS (sys/fs/zfs.h), as the label's "state" records it.
+POOL_STATES = {0: "active", 1: "exported", 2: "destroyed", 3: "spare", 4: "l2cache",
+               5: "uninitialized", 6: "unavail", 7: "potentially active"}
+_LABEL_FIELD_RE = re.compile(r"^\s+(name|state|pool_guid|hostname|txg):\s+'?(.*?)'?\s*$")
+
+
+def parse_zdb_label(rc: int, out: str) -> dict | None:
+    """The pool a device's ZFS label names, from ``zdb -l <device>``.
+
+    Returns None without a label, else ``{"name", "guid", "state",
+    "hostname"}`` from the first label that unpacked; a hot spare's or a
+    cache device's label names no pool (name and guid None)."""
+    if not zdb_has_label(rc, out) and not (rc == 0 and re.search(r"^\s+guid:", out, re.M)):
+        return None
+    fields: dict[str, str] = {}
+    for line in out.splitlines():
+        if line.startswith("LABEL ") and fields:
+            break  # the first label that unpacked is enough
+        m = _LABEL_FIELD_RE.match(line)
+        if m and m.group(1) not in fields:
+            fields[m.group(1)] = m.group(2)
+    state = fields.get("state", "")
+    state = POOL_STATES.get(int(state), f"state {state}") if state.isdigit() else (
+        state or "unknown state")
+    return {"name": fields.get("name"), "guid": fields.get("pool_guid"), "state": state,
+            "hostname": fields.get("hostname")}
+
+
+def parse_wipefs_zfs(text: str) -> list[dict]:
+    """Pools named by ``zfs_member`` signatures in ``wipefs --no-act --json``
+    output (blkid reads the pool name and guid from the label): a label that
+    ``zdb -l`` could not unpack is still a pool's."""
+    if not text.strip():
+        return []
+    seen = []
+    for sig in json.loads(text).get("signatures", []):
+        if sig.get("type") == "zfs_member" and (sig.get("label") or sig.get("uuid")):
+            pool = {"name": sig.get("label"), "guid": sig.get("uuid"),
+                    "state": "unknown state", "hostname": None}
+            if pool not in seen:
+                seen.append(pool)
+    return seen
+
+
+def parse_pool_guids(text: str) -> dict:
+    """guid -> name of the imported pools, from ``zpool list -H -p -o name,guid``."""
+    out = {}
+    for line in text.splitlines():
+        name, _sep, guid = line.strip().partition("\t")
+        if guid:
+            out[guid.strip()] = name
+    return out
+
+
+def describe_pool(pool: dict, imported: dict) -> str:
+    """'pool old (guid 657..., exported, last used by host oldhead)'."""
+    bits = [f"guid {pool['guid']}", pool["state"]]
+    if pool.get("hostname"):
+        bits.append(f"last used by host {pool['hostname']}")
+    if pool["guid"] in imported:
+        bits.append(f"imported here as {imported[pool['guid']]}")
+    return f"pool {pool['name']} ({', '.join(bits)})"

@@ -21,6 +21,12 @@ description:
     C(zdb -l) (the disk and each of its partitions). Disks carrying a partition table, a
     filesystem or RAID signature, or a ZFS label are refused unless listed in O(wipe_disks);
     only those are erased, with C(zpool labelclear -f) and C(wipefs -a), right before creation.
+  - A disk in O(wipe_disks) whose ZFS label names a pool (read with C(zdb -l), the pool's name,
+    guid, state and last host; an exported pool is not in C(zpool status) but C(zpool import)
+    brings it back) is wiped only if that pool is named in O(wipe_pools). A disk of a pool that is
+    imported (under any name, found by guid in C(zpool list)) is never wiped. The refusal names
+    each disk, the pool's name, guid and state, how to import it and the option that would allow
+    the wipe.
   - Written for the gap left by M(community.general.zpool), which has no dRAID, changes layouts
     of existing pools and has no blank-disk guard.
 attributes:
@@ -28,7 +34,8 @@ attributes:
     support: full
     description:
       - Reads pool state and inspects disks (read-only commands), then reports the wipe, create
-        and set commands it would run in RV(commands) without running them.
+        and set commands it would run in RV(commands) without running them. A refused disk or
+        pool fails in check mode as it would for real.
   diff_mode:
     support: full
     description: Before/after layout and pool properties, one vdev per line.
@@ -119,6 +126,21 @@ options:
       - Disks from the layout that may be erased if they carry a partition table, signatures or a
         ZFS label. Every entry must be a disk of the layout.
       - Erasing happens only when the pool does not exist yet.
+      - A disk whose ZFS label names a pool is erased only if that pool is also named in
+        O(wipe_pools).
+    type: list
+    elements: str
+    default: []
+  wipe_pools:
+    description:
+      - Pools, by name or by guid (as C(zpool import) and C(zdb -l) show them), whose labels may
+        be cleared from the disks of O(wipe_disks). Nothing that belongs to a pool is erased
+        unless its pool is named here; default none.
+      - A pool with the name of the pool being created (an exported or not imported earlier
+        incarnation) must be named by its guid, so that naming the new pool never destroys the
+        old one.
+      - A pool that is imported is never destroyed, named or not.
+      - An entry that matches no label on the disks only gives a warning.
     type: list
     elements: str
     default: []
@@ -149,6 +171,15 @@ EXAMPLES = r"""
       atime: "off"
       xattr: sa
     wipe_disks: "{{ zfs_storage_disks_to_wipe | default([]) }}"
+
+- name: Reuse disks of an old, exported pool (zpool import shows its guid), destroying it
+  junkyard.cluster.zfs_pool:
+    name: tank
+    vdevs:
+      - type: raidz2
+        disks: [/dev/disk/by-id/wwn-0x1, /dev/disk/by-id/wwn-0x2, /dev/disk/by-id/wwn-0x3]
+    wipe_disks: [/dev/disk/by-id/wwn-0x1, /dev/disk/by-id/wwn-0x2, /dev/disk/by-id/wwn-0x3]
+    wipe_pools: ["6570127532718532416"]
 """
 
 RETURN = r"""
@@ -195,16 +226,19 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_pool import (
     CLASSES,
     LayoutError,
     create_argv,
+    describe_pool,
     desired_layout,
     layout_as_list,
     layout_differences,
     parse_get,
     parse_lsblk_partitions,
+    parse_pool_guids,
     parse_status,
     parse_wipefs,
+    parse_wipefs_zfs,
+    parse_zdb_label,
     prop_value,
     render_layout,
-    zdb_has_label,
 )
 
 
@@ -297,7 +331,8 @@ class ZfsPool:
     # -- new pool --------------------------------------------------------------
 
     def inspect(self, disk, tools):
-        """[(device, signature types, has ZFS label)] for the disk and its partitions."""
+        """[(device, signature types, pools named by its ZFS label)] for the
+        disk and each of its partitions that is not blank."""
         devices = []
         if not os.path.isfile(disk):
             _rc, out, _err = self.run([tools["lsblk"], "--json", "--paths", "--output",
@@ -305,13 +340,62 @@ class ZfsPool:
             devices = parse_lsblk_partitions(out)
         found = []
         for dev in [*devices, disk]:
-            _rc, out, _err = self.run([tools["wipefs"], "--no-act", "--json", dev])
-            sigs = parse_wipefs(out)
+            _rc, wipefs_out, _err = self.run([tools["wipefs"], "--no-act", "--json", dev])
+            sigs = parse_wipefs(wipefs_out)
             rc, out, _err = self.run([tools["zdb"], "-l", dev], check_rc=False)
-            label = zdb_has_label(rc, out)
-            if sigs or label:
-                found.append((dev, sigs, label))
+            label = parse_zdb_label(rc, out)
+            pools = [label] if label else []
+            # a zfs_member signature whose label zdb could not unpack
+            pools += [p for p in parse_wipefs_zfs(wipefs_out)
+                      if p["guid"] not in {q["guid"] for q in pools}]
+            if sigs or pools:
+                found.append((dev, sigs, pools))
         return found
+
+    def imported_pools(self, dirty):
+        """guid -> name of the imported pools, read only when a disk carries a pool's label."""
+        if not any(p["guid"] for found in dirty.values() for _d, _s, pools in found
+                   for p in pools):
+            return {}
+        _rc, out, _err = self.run([self.zpool, "list", "-H", "-p", "-o", "name,guid"])
+        return parse_pool_guids(out)
+
+    def pool_refusals(self, dirty, imported):
+        """Why the pools on the disks to wipe may not be destroyed: one line per
+        pool, and the disks refused for it."""
+        named = set(self.p["wipe_pools"])
+        by_pool = {}
+        for disk in self.p["wipe_disks"]:
+            for dev, _sigs, pools in dirty.get(disk, []):
+                for pool in pools:
+                    if pool["guid"]:
+                        entry = by_pool.setdefault(pool["guid"], (pool, [], []))
+                        entry[1].append(dev)
+                        if disk not in entry[2]:
+                            entry[2].append(disk)
+        lines = []
+        disks = []
+        for guid, (pool, devs, pool_disks) in by_pool.items():
+            verb = "carries" if len(devs) == 1 else "carry"
+            what = f"{', '.join(devs)} {verb} the ZFS label of {describe_pool(pool, imported)}"
+            if guid in imported:
+                disks += [d for d in pool_disks if d not in disks]
+                lines.append(f"{what}: zfs_pool never wipes a disk of an imported pool "
+                             f"(naming it in wipe_pools does not change that); export or "
+                             f"destroy {imported[guid]} by hand first if it is really to go")
+                continue
+            same = pool["name"] == self.name
+            if guid in named or (pool["name"] in named and not same):
+                continue
+            how = (f"its guid {guid} (the name {pool['name']} is also the name of the pool "
+                   f"being created, so only the guid names the old one)" if same
+                   else f"{pool['name']} or its guid {guid}")
+            disks += [d for d in pool_disks if d not in disks]
+            lines.append(f"{what}; it may hold data: `zpool import` lists it and "
+                         f"`zpool import {guid}` brings it back. Nothing is wiped unless the "
+                         f"pool is named: to destroy it, add {how} to wipe_pools "
+                         f"(zfs_storage_wipe_pools in the zfs_storage role)")
+        return lines, disks
 
     def create(self, want):
         wipe = list(self.p["wipe_disks"])
@@ -322,21 +406,43 @@ class ZfsPool:
             found = self.inspect(disk, tools)
             if found:
                 dirty[disk] = found
+        imported = self.imported_pools(dirty)
+        problems = []
         refused = [d for d in disks if d in dirty and d not in wipe]
         if refused:
             detail = "; ".join(
-                f"{d}: " + ", ".join(f"{dev} " + "+".join(sigs + (["zfs label"] if lbl else []))
-                                     for dev, sigs, lbl in dirty[d])
+                f"{d}: " + ", ".join(
+                    f"{dev} " + "+".join(sigs + [f"zfs label of {describe_pool(p, imported)}"
+                                                 if p["guid"] else "zfs label of no pool"
+                                                 for p in pools])
+                    for dev, sigs, pools in dirty[d])
                 for d in refused)
-            self.fail(f"refusing to create pool {self.name}: {len(refused)} disk(s) are not "
-                      f"blank (list them in wipe_disks to erase them): {detail}",
-                      refused=refused)
+            problems.append(f"{len(refused)} disk(s) are not blank (list them in wipe_disks to "
+                            f"erase them): {detail}")
+        pool_lines, pool_disks = self.pool_refusals(dirty, imported)
+        problems += pool_lines
+        if problems:
+            hint = ""
+            if any(p["name"] == self.name and p["guid"] not in imported
+                   for found in dirty.values() for _d, _s, pools in found for p in pools):
+                hint = (f"; pool {self.name} is not imported but its disks are here: "
+                        f"`zpool import {self.name}` brings it back")
+            self.fail(f"refusing to create pool {self.name}: " + "; ".join(problems) + hint,
+                      refused=refused + pool_disks)
+        found_guids = {p["guid"] for found in dirty.values() for _d, _s, pools in found
+                       for p in pools}
+        found_names = {p["name"] for found in dirty.values() for _d, _s, pools in found
+                       for p in pools}
+        for entry in self.p["wipe_pools"]:
+            if entry not in found_guids | found_names:
+                self.module.warn(f"wipe_pools names {entry}, which no disk of pool {self.name} "
+                                 f"carries a label of; nothing was wiped for it")
         wiped = [d for d in disks if d in dirty]
         for disk in wiped:
-            for dev, sigs, label in dirty[disk]:
-                if label:
+            for dev, sigs, pools in dirty[disk]:
+                if pools:
                     self.change([self.zpool, "labelclear", "-f", dev])
-                if [s for s in sigs if s != "zfs_member"] or (sigs and not label):
+                if [s for s in sigs if s != "zfs_member"] or (sigs and not pools):
                     self.change([tools["wipefs"], "-a", dev])
         self.change(create_argv(self.zpool, self.name, want, self.p["ashift"],
                                 self.p["pool_properties"], self.p["filesystem_properties"]))
@@ -397,6 +503,7 @@ def main():
             pool_properties=dict(type="dict", default={}),
             filesystem_properties=dict(type="dict", default={}),
             wipe_disks=dict(type="list", elements="str", default=[]),
+            wipe_pools=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )

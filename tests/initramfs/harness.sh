@@ -45,7 +45,7 @@ echo "--- script"
 env rootmnt="$root" JUNKYARD_FUNCTIONS="$fake/functions" JUNKYARD_CONF=/case/writable.conf \
 	JUNKYARD_CMDLINE="$fake/cmdline" JUNKYARD_RUN="$fake/run" JUNKYARD_KMSG="$fake/kmsg" \
 	PATH="/usr/lib/klibc/bin:$fake/bb:/usr/sbin:/usr/bin:/sbin:/bin" \
-	busybox sh /scripts/junkyard-writable
+	busybox sh /scripts/junkyard-writable 2>&1
 echo "--- rc $?"
 echo "--- mounts"
 awk '$2 ~ "^/fake/(root|run)/" {print $2, $3, $4}' /proc/self/mounts

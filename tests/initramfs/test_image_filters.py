@@ -32,12 +32,12 @@ def test_writable_table_lab_exact():
         "* overlay /var/lib/nfs var-lib-nfs -\n"
         "* tmpfs /run/junkyard run-junkyard -\n"
         "* overlay /etc/ssh etc-ssh -\n"
-        "node01 persistent /var/log 10.77.0.1:/tank/nodes/node01/var-log vers=3,tcp\n"
+        "node01 persistent /var/log 10.77.0.1:/tank/nodes/node01/var-log vers=3,tcp,nosuid,nodev\n"
         "node01 persistent /var/lib/rasdaemon "
-        "10.77.0.1:/tank/nodes/node01/var-lib-rasdaemon vers=3,tcp\n"
-        "node02 persistent /var/log 10.77.0.1:/tank/nodes/node02/var-log vers=3,tcp\n"
+        "10.77.0.1:/tank/nodes/node01/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n"
+        "node02 persistent /var/log 10.77.0.1:/tank/nodes/node02/var-log vers=3,tcp,nosuid,nodev\n"
         "node02 persistent /var/lib/rasdaemon "
-        "10.77.0.1:/tank/nodes/node02/var-lib-rasdaemon vers=3,tcp\n")
+        "10.77.0.1:/tank/nodes/node02/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n")
 
 
 def test_writable_table_sizes_names_policy_and_limits():
@@ -50,7 +50,22 @@ def test_writable_table_sizes_names_policy_and_limits():
     assert "* tmpfs /tmp tmp size=4g" in table
     assert "* persistent /var/lib/prometheus/node-exporter metrics -" in table
     assert ("node02 persistent /var/lib/prometheus/node-exporter "
-            "10.77.0.1:/tank/nodes/node02/metrics vers=3,tcp") in table
+            "10.77.0.1:/tank/nodes/node02/metrics vers=3,tcp,nosuid,nodev") in table
+
+
+@pytest.mark.parametrize("path,flags", [
+    ("/var/log", "nosuid,nodev"),
+    ("/home", "nosuid,nodev"),
+    ("/var/lib/optional", "nosuid,nodev"),  # not under /opt
+    ("/opt", "nodev"),  # installed programs may need their setuid bit
+    ("/opt/rocm-tools", "nodev"),
+    ("/usr/local", "nodev"),
+])
+def test_persistent_mounts_are_nodev_and_nosuid_where_the_path_allows(path, flags):
+    m = model(writable_paths=[{"path": path, "kind": "persistent", "name": "p"}])
+    line = next(x for x in image.writable_table(m).splitlines()
+                if x.startswith("node01 persistent "))
+    assert line == f"node01 persistent {path} 10.77.0.1:/tank/nodes/node01/p vers=3,tcp,{flags}"
 
 
 @pytest.mark.parametrize("change,kwargs,msg", [

@@ -178,6 +178,10 @@ def test_tmpfs_policy_falls_back_and_leaves_a_marker(harness_image, tmp_path):
         "/var/lib/rasdaemon (NFS, 2 attempts, 2s each)"]
     assert ("WARNING: node node02 boots with tmpfs in place of: /var/log /var/lib/rasdaemon"
             in r.script)
+    # nfsmount was given NFS options only: the table's nosuid,nodev are for
+    # the remount after it (klibc's nfsmount refuses them: "bad option")
+    assert "vers=3,tcp,nosuid,nodev" in table
+    assert "bad option" not in r.script, r.script
     # the other kinds are mounted as usual
     assert r.mounts["/fake/root/etc/ssh"][0] == "overlay"
     assert r.mounts["/fake/root/var/tmp"][0] == "tmpfs"

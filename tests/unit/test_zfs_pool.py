@@ -234,21 +234,33 @@ def test_lab_layout_with_log_cache_spare_matches():
         ("data", "raidz2"), ("log", "mirror"), ("cache", "disk"), ("spare", "disk")]
 
 
-def _lab_create_cmds(dirty):
+def _lab_create_cmds(dirty, imported=None):
+    """The read-only commands of a creation; ``imported`` is the output of
+    `zpool list -H -p -o name,guid`, read when a disk carries a pool's label."""
     cmds = [Cmd([ZPOOL, "status", "-P", "lab"], rc=1,
                 err="cannot open 'lab': no such pool\n")]
     for disk in [*LAB, "/dev/vdg", "/dev/vdh", "/dev/vdi", "/dev/vdj"]:
         cmds += dirty.get(disk) or inspect_clean(disk)
+    if imported is not None:
+        cmds.append(Cmd([ZPOOL, "list", "-H", "-p", "-o", "name,guid"], out=imported))
     return cmds
 
 
-def _dirty_with_old_pool(disk):
-    # GPT on the disk, an old ZFS label in partition 1, partition 9 blank.
+OLD_GUID = "6570127532718532416"  # pool_guid of oldpool in zdb_label.txt
+ZPOOL_LIST = "tank\t11752398476343296015\n"  # another, unrelated pool is imported
+
+
+def _dirty_with_old_pool(disk, name="oldpool", state=1):
+    # GPT on the disk, the ZFS label of an exported pool (oldpool, see
+    # zdb_label.txt) in partition 1, partition 9 blank.
     lsblk = fx("lsblk_sdb_parts.json").replace("/dev/sdb", disk)
+    wipefs = fx("wipefs_zfs_member.json").replace('"oldpool"', f'"{name}"')
+    zdb = fx("zdb_label.txt").replace("name: 'oldpool'", f"name: '{name}'").replace(
+        "    state: 1\n", f"    state: {state}\n")
     return [
         Cmd([LSBLK, "--json", "--paths", "--output", "NAME,TYPE", disk], out=lsblk),
-        Cmd([WIPEFS, "--no-act", "--json", disk + "1"], out=fx("wipefs_zfs_member.json")),
-        Cmd([ZDB, "-l", disk + "1"], out=fx("zdb_label.txt")),
+        Cmd([WIPEFS, "--no-act", "--json", disk + "1"], out=wipefs),
+        Cmd([ZDB, "-l", disk + "1"], out=zdb),
         Cmd([WIPEFS, "--no-act", "--json", disk + "9"]),
         Cmd([ZDB, "-l", disk + "9"], rc=2, out=fx("zdb_nolabel.txt")),
         Cmd([WIPEFS, "--no-act", "--json", disk], out=fx("wipefs_gpt.json")),
@@ -266,11 +278,12 @@ def _dirty_ext4(disk):
 
 def test_dirty_disks_are_refused_with_what_was_found():
     dirty = {"/dev/vdc": _dirty_with_old_pool("/dev/vdc"), "/dev/vdi": _dirty_ext4("/dev/vdi")}
-    res, table = run_module(zfs_pool.main, lab_args(), _lab_create_cmds(dirty))
+    res, table = run_module(zfs_pool.main, lab_args(), _lab_create_cmds(dirty, ZPOOL_LIST))
     assert res["failed"] is True
     assert res["msg"] == (
         "refusing to create pool lab: 2 disk(s) are not blank (list them in wipe_disks to erase "
-        "them): /dev/vdc: /dev/vdc1 zfs_member+zfs_member+zfs label, /dev/vdc gpt+gpt+PMBR; "
+        "them): /dev/vdc: /dev/vdc1 zfs_member+zfs_member+zfs label of pool oldpool "
+        f"(guid {OLD_GUID}, exported, last used by host oldhead), /dev/vdc gpt+gpt+PMBR; "
         "/dev/vdi: /dev/vdi ext4")
     assert res["refused"] == ["/dev/vdc", "/dev/vdi"]
     assert not any(a[1] in ("create", "labelclear", "-a") for a in table.ran)
@@ -281,23 +294,179 @@ def test_only_listed_disks_are_wiped_then_created():
     create = LAB_CREATE
     wipes = [[ZPOOL, "labelclear", "-f", "/dev/vdc1"], [WIPEFS, "-a", "/dev/vdc"],
              [WIPEFS, "-a", "/dev/vdi"]]
-    cmds = _lab_create_cmds(dirty) + [Cmd(w) for w in wipes] + [
+    cmds = _lab_create_cmds(dirty, ZPOOL_LIST) + [Cmd(w) for w in wipes] + [
         Cmd(create), Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
     res, _unused = run_module(zfs_pool.main,
-                              lab_args(wipe_disks=["/dev/vdc", "/dev/vdi", "/dev/vdb"]), cmds)
+                              lab_args(wipe_disks=["/dev/vdc", "/dev/vdi", "/dev/vdb"],
+                                       wipe_pools=[OLD_GUID]), cmds)
     assert res["failed"] is False, res.get("msg")
+    assert "warnings" not in res
     assert res["wiped"] == ["/dev/vdc", "/dev/vdi"]
     assert res["commands"] == [*wipes, create]
 
 
 def test_wipe_in_check_mode_only_reports():
     dirty = {"/dev/vdc": _dirty_with_old_pool("/dev/vdc")}
-    res, table = run_module(zfs_pool.main, lab_args(wipe_disks=["/dev/vdc"]),
-                            _lab_create_cmds(dirty), check_mode=True)
+    res, table = run_module(zfs_pool.main, lab_args(wipe_disks=["/dev/vdc"],
+                                                    wipe_pools=["oldpool"]),
+                            _lab_create_cmds(dirty, ZPOOL_LIST), check_mode=True)
     assert res["changed"] is True
     assert res["commands"][:2] == [[ZPOOL, "labelclear", "-f", "/dev/vdc1"],
                                    [WIPEFS, "-a", "/dev/vdc"]]
     assert not any(a[1] in ("labelclear", "-a", "create") for a in table.ran)
+
+
+def _never_wiped(table):
+    return not any(a[1] in ("labelclear", "-a", "create") for a in table.ran)
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_disks_of_an_exported_pool_are_not_wiped_unless_the_pool_is_named(check_mode):
+    # Issue 21: listing the disks in wipe_disks is not enough when they hold
+    # an exported pool: it may hold data and `zpool import` brings it back.
+    dirty = {d: _dirty_with_old_pool(d) for d in ("/dev/vdc", "/dev/vdd")}
+    res, table = run_module(zfs_pool.main, lab_args(wipe_disks=["/dev/vdc", "/dev/vdd"]),
+                            _lab_create_cmds(dirty, ZPOOL_LIST), check_mode=check_mode)
+    assert res["failed"] is True
+    assert res["msg"] == (
+        "refusing to create pool lab: /dev/vdc1, /dev/vdd1 carry the ZFS label of pool oldpool "
+        f"(guid {OLD_GUID}, exported, last used by host oldhead); it may hold data: "
+        f"`zpool import` lists it and `zpool import {OLD_GUID}` brings it back. Nothing is "
+        "wiped unless the pool is named: to destroy it, add oldpool or its guid "
+        f"{OLD_GUID} to wipe_pools (zfs_storage_wipe_pools in the zfs_storage role)")
+    assert res["refused"] == ["/dev/vdc", "/dev/vdd"]
+    assert res["commands"] == []
+    assert _never_wiped(table)
+
+
+@pytest.mark.parametrize("state,shown", [(0, "active"), (2, "destroyed"),
+                                         (7, "potentially active")])
+def test_a_pool_in_any_state_must_be_named(state, shown):
+    # active: imported on another host sharing the disks, or not exported
+    # cleanly; destroyed: `zpool import -D` still brings it back
+    dirty = {"/dev/vdc": _dirty_with_old_pool("/dev/vdc", state=state)}
+    res, table = run_module(zfs_pool.main, lab_args(wipe_disks=["/dev/vdc"]),
+                            _lab_create_cmds(dirty, ""))
+    assert res["failed"] is True
+    assert f"pool oldpool (guid {OLD_GUID}, {shown}, last used by host oldhead)" in res["msg"]
+    assert _never_wiped(table)
+
+
+def test_a_pool_imported_under_another_name_is_never_wiped():
+    # The label still says oldpool; the pool with that guid is imported as
+    # "archive" (zpool import oldpool archive).  Naming it does not help.
+    dirty = {"/dev/vdc": _dirty_with_old_pool("/dev/vdc", state=0)}
+    imported = f"tank\t11752398476343296015\narchive\t{OLD_GUID}\n"
+    res, table = run_module(zfs_pool.main,
+                            lab_args(wipe_disks=["/dev/vdc"], wipe_pools=[OLD_GUID, "archive"]),
+                            _lab_create_cmds(dirty, imported))
+    assert res["failed"] is True
+    assert res["msg"] == (
+        "refusing to create pool lab: /dev/vdc1 carries the ZFS label of pool oldpool "
+        f"(guid {OLD_GUID}, active, last used by host oldhead, imported here as archive): "
+        "zfs_pool never wipes a disk of an imported pool (naming it in wipe_pools does not "
+        "change that); export or destroy archive by hand first if it is really to go")
+    assert res["refused"] == ["/dev/vdc"]
+    assert _never_wiped(table)
+
+
+def test_an_exported_pool_of_the_same_name_is_named_only_by_its_guid():
+    # The lab's case: tank exported (not in zpool status), site.yml run with
+    # its disks in wipe_disks.  "lab" in wipe_pools reads as the new pool, so
+    # it does not name the old one; the message says how to get it back.
+    dirty = {d: _dirty_with_old_pool(d, name="lab") for d in ("/dev/vdb", "/dev/vdc")}
+    res, table = run_module(zfs_pool.main,
+                            lab_args(wipe_disks=["/dev/vdb", "/dev/vdc"], wipe_pools=["lab"]),
+                            _lab_create_cmds(dirty, ZPOOL_LIST))
+    assert res["failed"] is True
+    assert res["msg"] == (
+        "refusing to create pool lab: /dev/vdb1, /dev/vdc1 carry the ZFS label of pool lab "
+        f"(guid {OLD_GUID}, exported, last used by host oldhead); it may hold data: "
+        f"`zpool import` lists it and `zpool import {OLD_GUID}` brings it back. Nothing is "
+        f"wiped unless the pool is named: to destroy it, add its guid {OLD_GUID} (the name lab "
+        "is also the name of the pool being created, so only the guid names the old one) to "
+        "wipe_pools (zfs_storage_wipe_pools in the zfs_storage role); pool lab is not imported "
+        "but its disks are here: `zpool import lab` brings it back")
+    assert _never_wiped(table)
+
+
+def test_an_exported_pool_of_the_same_name_without_wipe_disks_says_how_to_import_it():
+    dirty = {"/dev/vdb": _dirty_with_old_pool("/dev/vdb", name="lab")}
+    res, _unused = run_module(zfs_pool.main, lab_args(), _lab_create_cmds(dirty, ""))
+    assert res["failed"] is True
+    assert res["msg"].startswith("refusing to create pool lab: 1 disk(s) are not blank")
+    assert f"zfs label of pool lab (guid {OLD_GUID}, exported" in res["msg"]
+    assert res["msg"].endswith(
+        "; pool lab is not imported but its disks are here: `zpool import lab` brings it back")
+
+
+def test_the_old_pool_named_by_guid_is_wiped_and_the_new_one_created():
+    dirty = {"/dev/vdb": _dirty_with_old_pool("/dev/vdb", name="lab")}
+    wipes = [[ZPOOL, "labelclear", "-f", "/dev/vdb1"], [WIPEFS, "-a", "/dev/vdb"]]
+    cmds = _lab_create_cmds(dirty, "") + [Cmd(w) for w in wipes] + [
+        Cmd(LAB_CREATE), Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
+    res, _unused = run_module(zfs_pool.main,
+                              lab_args(wipe_disks=["/dev/vdb"], wipe_pools=[OLD_GUID]), cmds)
+    assert res["failed"] is False, res.get("msg")
+    assert res["commands"] == [*wipes, LAB_CREATE]
+    assert res["wiped"] == ["/dev/vdb"]
+
+
+def test_only_the_named_pool_is_wiped_when_disks_hold_two():
+    other = "/dev/vdd"
+    dirty = {"/dev/vdc": _dirty_with_old_pool("/dev/vdc"),
+             other: [Cmd(c.argv, c.rc, c.out.replace(OLD_GUID, "42"), c.err)
+                     for c in _dirty_with_old_pool(other, name="scratch")]}
+    res, table = run_module(zfs_pool.main,
+                            lab_args(wipe_disks=["/dev/vdc", other], wipe_pools=["oldpool"]),
+                            _lab_create_cmds(dirty, ""))
+    assert res["failed"] is True
+    assert res["msg"].startswith("refusing to create pool lab: /dev/vdd1 carries the ZFS label "
+                                 "of pool scratch (guid 42, exported")
+    assert "oldpool" not in res["msg"]
+    assert res["refused"] == [other]
+    assert _never_wiped(table)
+
+
+def test_a_label_zdb_cannot_unpack_still_names_its_pool():
+    # blkid (wipefs) reads the pool name and guid even when zdb -l does not
+    disk = "/dev/vdc"
+    cmds = [Cmd(c.argv, 2, fx("zdb_nolabel.txt")) if c.argv[:2] == [ZDB, "-l"] else c
+            for c in _dirty_with_old_pool(disk)]
+    res, table = run_module(zfs_pool.main, lab_args(wipe_disks=[disk]),
+                            _lab_create_cmds({disk: cmds}, ""))
+    assert res["failed"] is True
+    assert res["msg"].startswith(f"refusing to create pool lab: /dev/vdc1 carries the ZFS label "
+                                 f"of pool oldpool (guid {OLD_GUID}, unknown state)")
+    assert _never_wiped(table)
+
+
+def test_a_wipe_pools_entry_that_matches_nothing_warns():
+    dirty = {"/dev/vdi": _dirty_ext4("/dev/vdi")}
+    cmds = [*_lab_create_cmds(dirty), Cmd([WIPEFS, "-a", "/dev/vdi"]), Cmd(LAB_CREATE),
+            Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
+    res, _unused = run_module(zfs_pool.main,
+                              lab_args(wipe_disks=["/dev/vdi"], wipe_pools=["tank"]), cmds)
+    assert res["failed"] is False, res.get("msg")
+    assert res["warnings"] == ["wipe_pools names tank, which no disk of pool lab carries a "
+                               "label of; nothing was wiped for it"]
+
+
+@pytest.mark.parametrize("out,rc,want", [
+    ("zdb_label.txt", 0, {"name": "oldpool", "guid": OLD_GUID, "state": "exported",
+                          "hostname": "oldhead"}),
+    ("zdb_nolabel.txt", 2, None),
+])
+def test_parse_zdb_label(out, rc, want):
+    assert zp.parse_zdb_label(rc, fx(out)) == want
+
+
+def test_parse_zdb_label_of_a_hot_spare_names_no_pool():
+    spare = ("------------------------------------\nLABEL 0\n"
+             "------------------------------------\n    version: 5000\n    state: 3\n"
+             "    guid: 17446018405213486321\n    labels = 0 1 2 3 \n")
+    assert zp.parse_zdb_label(0, spare) == {"name": None, "guid": None, "state": "spare",
+                                            "hostname": None}
 
 
 def test_wipe_disk_outside_layout_is_refused():

@@ -5,7 +5,9 @@
 # Reads the table /conf/junkyard-writable.conf (rendered for every node by
 # the stateless_root role; format in plugins/filter/image.py) and the node
 # identity junkyard.node=<name> from the kernel command line:
-#   persistent  NFS mount of the node's own dataset (klibc nfsmount, v2/v3)
+#   persistent  NFS mount of the node's own dataset (klibc nfsmount, v2/v3),
+#               then a remount with the table's mount flags (nosuid, nodev,
+#               noexec), which nfsmount does not take
 #   tmpfs       an empty tmpfs with the image directory's mode and owner
 #   overlay     tmpfs upper + work directory over the read-only image directory
 # A persistent mount that fails follows the table's policy:
@@ -119,6 +121,24 @@ nfs_try() { # source target options
 	fi
 }
 
+# Options of a persistent line: NFS options for nfsmount in nfs_part, mount
+# flags for the remount in flag_part.
+split_opts() { # options
+	nfs_part=""
+	flag_part=""
+	_ifs=$IFS
+	IFS=,
+	for _o in $1; do
+		case "$_o" in
+		nosuid | nodev | noexec) flag_part="$flag_part,$_o" ;;
+		*) nfs_part="$nfs_part,$_o" ;;
+		esac
+	done
+	IFS=$_ifs
+	nfs_part=${nfs_part#,}
+	flag_part=${flag_part#,}
+}
+
 mount_persistent() { # source target options
 	_n=1
 	while :; do
@@ -207,8 +227,12 @@ while read -r who kind path name opts; do
 				why="node $node has no persistent source for $path in $conf"
 			else
 				src=${line% *}
-				nfsopts=${line#* }
-				if mount_persistent "$src" "$target" "$nfsopts"; then
+				split_opts "${line#* }"
+				if mount_persistent "$src" "$target" "$nfs_part"; then
+					if [ -n "$flag_part" ] &&
+						! mount -t nfs -o "remount,$flag_part" "$src" "$target"; then
+						say "WARNING: $path is mounted without $flag_part (the remount failed)"
+					fi
 					note "$path" persistent "$src"
 					break
 				fi
