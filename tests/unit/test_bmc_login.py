@@ -67,7 +67,7 @@ def test_no_password_anywhere_is_an_empty_one():
 
 
 def test_bmc_login_refuses_what_is_not_an_endpoint():
-    with pytest.raises(AnsibleFilterError, match="cluster_model.nodes"):
+    with pytest.raises(AnsibleFilterError, match=r"cluster_model\.nodes"):
         bmc_login({"password": "x"}, {}, {})
 
 
