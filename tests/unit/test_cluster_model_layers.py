@@ -310,4 +310,3 @@ def test_image_version_and_node_storage_filters_render_the_models_names():
                                               "archive_prefix": "tank/archive/gpu05-"}
     with pytest.raises(AnsibleFilterError, match="is not a valid host name"):
         storage_filter(model, "../x")
-

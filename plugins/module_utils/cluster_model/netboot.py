@@ -56,4 +56,3 @@ def initramfs_modules(profiles, nodes):
     if not lists or any(lst is None for lst in lists):
         return None
     return sorted({m for lst in lists for m in lst})
-
