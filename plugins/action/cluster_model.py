@@ -15,7 +15,10 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.parsing.vault import VaultHelper
 from ansible.plugins.action import ActionBase
-from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import (
+    build_model,
+    merge_bmc,
+)
 
 CLUSTER_KEYS = (
     "name", "domain", "networks", "writable_paths", "writable_failure_policy",
@@ -108,10 +111,9 @@ class ActionModule(ActionBase):
             raw = hostvars.raw_get(host)
             templar = self._templar.copy_with_new_env(available_variables=raw)
             node = {key: templar.template(raw.get(key)) for key in NODE_KEYS}
-            bmc_raw = raw.get("node_bmc")
-            defaults_raw = raw.get("node_bmc_defaults")
-            if isinstance(defaults_raw, dict) and isinstance(bmc_raw, dict):
-                bmc_raw = {**defaults_raw, **bmc_raw}
+            # The one merge of node_bmc_defaults and node_bmc (the bmc_login filter
+            # takes the password from the same function).
+            bmc_raw = merge_bmc(raw.get("node_bmc_defaults"), raw.get("node_bmc"))
             if isinstance(bmc_raw, dict):
                 node["node_bmc"] = {k: templar.template(v) for k, v in bmc_raw.items()
                                     if k != "password"}

@@ -13,7 +13,6 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-_SIZE_RE = re.compile(r"^[0-9]+[kKmMgG%]?$")
 _FIELD_RE = re.compile(r"^\S+$")
 
 
@@ -27,40 +26,19 @@ def _field(value, what):
 
 
 def image_builds(model, tree_prefix=""):
-    """Every image version to build, sorted: images named by nodes (with the
-    version each node boots) and each image's current version.
+    """Every image version to build, sorted (``cluster_model.image_builds``: the
+    versions nodes boot and each image's current one), with the host name of its
+    build and the tree it is built in.
 
     ``tree_prefix`` puts the trees under another directory than their export
     path (a build machine that ships the finished tree as a seed)."""
-    pool = model["pool"]["name"]
     tree_prefix = str(tree_prefix or "").rstrip("/")
     if tree_prefix and not tree_prefix.startswith("/"):
         raise AnsibleFilterError(f"tree prefix {tree_prefix!r} must be an absolute path")
-    export_root = model["export_root"]
-    wanted = {(i, img["current_version"]) for i, img in model["images"].items()}
-    wanted |= {(n["image"], n["image_version"]) for n in model["nodes"]}
-    out = []
-    for image, version in sorted(wanted):
-        out.append({
-            "image": image,
-            "version": version,
-            "suite": model["images"][image]["suite"],
-            "dataset": f"{pool}/images/{image}/{version}",
-            "root_path": f"{tree_prefix}{export_root}/images/{image}/{version}",
-            "host": f"image-{image}-{version}",
-            "nodes": sorted(n["name"] for n in model["nodes"]
-                            if (n["image"], n["image_version"]) == (image, version)),
-        })
-    return out
-
-
-def _nfs_options(model):
-    version = model.get("nfs_version", 3)
-    if version not in (2, 3, "2", "3"):
-        raise AnsibleFilterError(
-            f"cluster_nfs_version {version} cannot be used for persistent writable paths: "
-            "the initramfs mounts them with klibc nfsmount, which speaks NFSv2/v3 only")
-    return f"vers={version},tcp"
+    return [{"image": b["image"], "version": b["version"], "suite": b["suite"],
+             "dataset": b["dataset"], "root_path": f"{tree_prefix}{b['path']}",
+             "host": f"image-{b['image']}-{b['version']}", "nodes": b["nodes"]}
+            for b in model["image_builds"]]
 
 
 # Persistent writable paths are the node's own NFS datasets, writable by root
@@ -89,28 +67,19 @@ def writable_table(model, attempts=3, timeout=60):
       * <kind> <path> <name> <options|->   in mount order, for every node
       <node> persistent <path> <source> <nfs options>
 
-    The options of a persistent line are NFS options for klibc's nfsmount
-    and the mount flags ``nosuid``/``nodev`` (see ``_restrict_options``),
-    which the script sets with a remount once the NFS mount is made.
-    """
-    policy = model.get("writable_failure_policy", "stop")
-    if policy not in ("stop", "tmpfs"):
-        raise AnsibleFilterError(f"writable_failure_policy {policy!r} is not stop or tmpfs")
+    The options of a persistent line are the model's NFS options for klibc's
+    nfsmount and the mount flags ``nosuid``/``nodev`` (see ``_restrict_options``),
+    which the script sets with a remount once the NFS mount is made.  The model
+    has checked the paths, names, sizes and the NFS version."""
     if not isinstance(attempts, int) or attempts < 1:
         raise AnsibleFilterError(f"attempts {attempts!r} must be an integer >= 1")
     if not isinstance(timeout, int) or timeout < 1:
         raise AnsibleFilterError(f"timeout {timeout!r} must be an integer >= 1 (seconds)")
-    paths = model.get("writable_paths", [])
-    lines = [f"policy {policy}", f"attempts {attempts}", f"timeout {timeout}"]
+    lines = [f"policy {model['writable_failure_policy']}", f"attempts {attempts}",
+             f"timeout {timeout}"]
     lines += [f"node {_field(n['name'], 'node name')}" for n in model["nodes"]]
-    has_persistent = any(w["kind"] == "persistent" for w in paths)
-    nfs_opts = _nfs_options(model) if has_persistent else ""
-    for w in paths:
+    for w in model["writable_paths"]:
         size = str(w.get("size") or "")
-        if size and not _SIZE_RE.match(size):
-            raise AnsibleFilterError(
-                f"writable path {w['path']}: size {size!r} is not a tmpfs size "
-                "(e.g. 4g, 512m, 10%)")
         opts = f"size={size}" if size and w["kind"] != "persistent" else "-"
         lines.append(" ".join(["*", w["kind"], _field(w["path"], "writable path"),
                                _field(w["name"], "writable path name"), opts]))
@@ -119,7 +88,8 @@ def writable_table(model, attempts=3, timeout=60):
             if m["kind"] == "persistent":
                 lines.append(" ".join([n["name"], "persistent", _field(m["path"], "writable path"),
                                        _field(m["source"], "NFS source"),
-                                       f"{nfs_opts},{_restrict_options(m['path'])}"]))
+                                       f"{model['writable_nfs_options']},"
+                                       f"{_restrict_options(m['path'])}"]))
     return "\n".join(lines) + "\n"
 
 
@@ -135,11 +105,8 @@ def datanet_table(model):
 
 
 def data_mounts(model):
-    """Science-data mounts from the head's data address."""
-    head_ip = model["head"]["data"]["ip"]
-    return [{"name": d["name"], "path": _field(d["mount"], "data mount path"),
-             "source": f"{head_ip}:{model['export_root']}/data/{d['name']}"}
-            for d in model.get("data_datasets", [])]
+    """Science-data mounts from the head's data address (``cluster_model.data_mounts``)."""
+    return [{**m, "path": _field(m["path"], "data mount path")} for m in model["data_mounts"]]
 
 
 def uncovered_paths(needed, writable):

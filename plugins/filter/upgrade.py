@@ -20,15 +20,6 @@ def _wrap(func):
     return inner
 
 
-def upgrade_context(hostvars, nodes, images, state=None):
-    node_images, pins = {}, {}
-    for node in nodes:
-        hv = hostvars[node]
-        node_images[node] = hv.get("node_image")
-        pins[node] = hv.get("node_image_version") if "node_image_version" in hv else None
-    return up.make_context(images, node_images, pins, state)
-
-
 def _names(value):
     if value in (None, "", []):
         return None
@@ -88,7 +79,6 @@ def upgrade_with_state(ctx, state):
 class FilterModule:
     def filters(self):
         return {name: _wrap(func) for name, func in {
-            "upgrade_context": upgrade_context,
             "upgrade_plan": upgrade_plan,
             "upgrade_rollback_plan": upgrade_rollback_plan,
             "upgrade_prune_plan": upgrade_prune_plan,

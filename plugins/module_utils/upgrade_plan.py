@@ -3,7 +3,7 @@
 """Plan image-version moves: upgrade (canary, then waves), rollback, prune.
 
 Pure Python (stdlib only), used by the filters in plugins/filter/upgrade.py
-and by the cluster model (plugins/module_utils/cluster_model.py: every node's
+and by the cluster model (plugins/module_utils/cluster_model/upgrades.py: every node's
 boot entry follows ``effective_versions``), unit-tested in
 tests/unit/test_upgrade_plan.py.  Nothing here touches a host: the cluster
 model reads the state, the playbooks call these functions, show the plan

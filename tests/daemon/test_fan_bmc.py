@@ -115,7 +115,8 @@ def test_psu_failure_caps_power_and_recovery_lifts_it(tmp_path, sim, run_daemon)
     sim.set_psu_failed(2, False)
     wait_for(lambda: "reset" in caps.read_text(), 15, "cap lifted", d)
     assert caps.read_text().splitlines() == ["cap 198", "reset"]
-    assert "GPU power cap lifted" in d.text()
+    # the daemon writes the reset, then logs it: wait for the log line too
+    wait_for(lambda: "GPU power cap lifted" in d.text(), 10, "the lift in the log", d)
     assert d.stop() == 0
 
 

@@ -68,18 +68,34 @@ def test_persistent_mounts_are_nodev_and_nosuid_where_the_path_allows(path, flag
     assert line == f"node01 persistent {path} 10.77.0.1:/tank/nodes/node01/p vers=3,tcp,{flags}"
 
 
-@pytest.mark.parametrize("change,kwargs,msg", [
-    ({"nfs_version": 4}, {}, "cluster_nfs_version 4 cannot be used for persistent writable paths"),
-    ({"writable_paths": [{"path": "/tmp", "kind": "tmpfs", "size": "4 g"}]}, {},
-     "writable path /tmp: size '4 g' is not a tmpfs size"),
-    ({"writable_paths": [{"path": "/var/my logs", "kind": "tmpfs", "name": "mylogs"}]}, {},
-     "writable path '/var/my logs' cannot be written into a boot-time table"),
-    ({}, {"attempts": 0}, "attempts 0 must be an integer >= 1"),
-    ({}, {"timeout": "x"}, "timeout 'x' must be an integer >= 1"),
+@pytest.mark.parametrize("change,msg", [
+    ({"nfs_version": 4},
+     "cluster: cluster_nfs_version 4 cannot be used with persistent writable paths "
+     "(/var/log, /var/lib/rasdaemon): the initramfs mounts them with klibc nfsmount"),
+    ({"nfs_version": 5}, "cluster: cluster_nfs_version 5 is not an NFS version"),
+    ({"writable_paths": [{"path": "/tmp", "kind": "tmpfs", "size": "4 g"}]},
+     "cluster: cluster_writable_paths[0].size 4 g is not a tmpfs size"),
+    ({"writable_paths": [{"path": "/var/my logs", "kind": "tmpfs", "name": "mylogs"}]},
+     "cluster: cluster_writable_paths[0].path /var/my logs contains white space"),
+    ({"data_datasets": [{"name": "scratch", "mount": "scratch"}]},
+     "cluster: cluster_data_datasets[0].mount scratch is not an absolute path"),
 ])
-def test_writable_table_refusals(change, kwargs, msg):
-    with pytest.raises(AnsibleFilterError, match=msg.replace("(", r"\(").replace(")", r"\)")):
-        image.writable_table(model(**change), **kwargs)
+def test_the_model_refuses_what_the_tables_cannot_hold(change, msg):
+    """Refused when the inventory is read, not when the image is built."""
+    data = lab_data()
+    data["cluster"].update(copy.deepcopy(change))
+    out, errors = build_model(data)
+    assert out is None
+    assert any(e.startswith(msg) for e in errors), errors
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"attempts": 0}, "attempts 0 must be an integer >= 1"),
+    ({"timeout": "x"}, "timeout 'x' must be an integer >= 1"),
+])
+def test_writable_table_refusals(kwargs, msg):
+    with pytest.raises(AnsibleFilterError, match=msg):
+        image.writable_table(model(), **kwargs)
 
 
 def test_nfs4_is_fine_without_persistent_paths():

@@ -399,7 +399,8 @@ def test_vaulted_password_is_accepted_and_model_derived(tmp_path):
     assert "s3cret" not in dump.read_text()
     assert [n["name"] for n in model["nodes"]] == ["node01", "node02"]
     n1 = model["nodes"][0]
-    assert n1["bmc"] == {"address": "127.0.0.1", "port": 6231, "username": "admin"}
+    assert n1["bmc"] == {"address": "127.0.0.1", "port": 6231, "username": "admin",
+                         "interface": "lanplus"}
     assert "nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp" in n1["boot"]["cmdline"]
     assert "BOOTIF=01-52-54-00-77-00-11" in n1["boot"]["cmdline"]
     assert model["dhcp_hosts"][1] == {"mac": "52:54:00:77:00:12", "ip": "10.77.0.12",

@@ -303,15 +303,10 @@ def test_describe():
         "  wave 1: " + ", ".join(f"gpu0{i} 2026.12.1 -> 2026.11.1" for i in range(1, 7)))
 
 
-class _HostVars(dict):
-    pass
-
-
-def test_filters_read_hostvars_and_report_plan_errors():
-    hv = _HostVars({n: {"node_image": img} for n, img in NODES.items()})
-    hv["gpu02"]["node_image_version"] = "2026.11.1"
+def test_filters_plan_from_the_models_context_and_report_plan_errors():
     f = filters.FilterModule().filters()
-    c = f["upgrade_context"](hv, sorted(NODES), IMAGES, None)
+    assert "upgrade_context" not in f  # the model publishes the context
+    c = up.make_context(IMAGES, NODES, {"gpu02": "2026.11.1", "gpu03": None}, None)
     assert c["pins"] == {"gpu02": "2026.11.1"}
     plan = f["upgrade_plan"](c, "bookworm-rocm", "2026.12.1", "", "2")
     assert plan["canary"] == "gpu01" and "gpu02" in plan["pinned"]

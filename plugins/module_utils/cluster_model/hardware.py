@@ -1,0 +1,113 @@
+# Copyright: junkyard.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hardware profiles: GPUs, the BMC's sensors, fan zones, power supplies and what
+the profile adds to the kernel command line and the initramfs."""
+
+from __future__ import annotations
+
+import re
+
+from .common import as_dict, as_list, is_int
+
+MODULE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+GFX_TARGET_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
+
+
+def _module_list(prof, key, base, err):
+    """A profile's list of kernel module names (bad entries reported and left out)."""
+    raw = prof.get(key, [])
+    if not isinstance(raw, list):
+        err.add("cluster", f"{base}.{key}", raw, "must be a list of module names")
+        return []
+    for mod in raw:
+        if not isinstance(mod, str) or not MODULE_NAME_RE.match(mod):
+            err.add("cluster", f"{base}.{key}", mod,
+                    "is not a kernel module name (letters, digits, _ and -)")
+    return [m for m in raw if isinstance(m, str) and MODULE_NAME_RE.match(m)]
+
+
+def _check_gpus(base, prof, err):
+    gpu = as_dict(prof.get("gpu"))
+    count = gpu.get("count", 0)
+    if not is_int(count) or count < 0:
+        err.add("cluster", f"{base}.gpu.count", count, "must be an integer >= 0")
+        count = 0
+    if count and not GFX_TARGET_RE.match(str(gpu.get("gfx_target", ""))):
+        err.add("cluster", f"{base}.gpu.gfx_target", gpu.get("gfx_target"),
+                "is not a gfx target (e.g. gfx908)")
+    return count, gpu.get("gfx_target")
+
+
+def _check_bmc_sensors(base, prof, count, err):
+    bmc = as_dict(prof.get("bmc"))
+    cal = bmc.get("current_calibration", 1.0)
+    if not isinstance(cal, (int, float)) or isinstance(cal, bool) or cal <= 0:
+        err.add("cluster", f"{base}.bmc.current_calibration", cal, "must be a number > 0")
+    sensors = as_list(bmc.get("gpu_current_sensors"))
+    if sensors and len(sensors) != count:
+        err.add("cluster", f"{base}.bmc.gpu_current_sensors", len(sensors),
+                f"sensors are listed for {count} GPUs (one per GPU, in GPU order)")
+
+
+def _check_fan_zones(base, prof, count, err):
+    cooled = {}
+    for z, zone in enumerate(as_list(prof.get("fan_zones"))):
+        zone = as_dict(zone)
+        zname = zone.get("name", z)
+        for g in as_list(zone.get("gpus")):
+            if not is_int(g) or not 0 <= g < count:
+                err.add("cluster", f"{base}.fan_zones[{z}].gpus", g,
+                        f"names a GPU the profile does not have (it has {count}: "
+                        f"0..{count - 1})" if count else
+                        "names a GPU but the profile has none")
+            elif g in cooled:
+                err.add("cluster", f"{base}.fan_zones[{z}].gpus", g,
+                        f"is already cooled by zone {cooled[g]}")
+            else:
+                cooled[g] = zname
+
+
+def _check_boot(base, prof, err):
+    """(kernel command line, module blacklist, initramfs NIC modules or None)."""
+    cmdline = prof.get("kernel_cmdline", [])
+    if not isinstance(cmdline, list) or not all(isinstance(x, str) for x in cmdline):
+        err.add("cluster", f"{base}.kernel_cmdline", cmdline, "must be a list of strings")
+        cmdline = []
+    # Modules a diskless node of this hardware never needs (a floppy or an IDE
+    # controller it does not have, the PC speaker, virtualisation): on the kernel
+    # command line, so that neither the initramfs nor udev's coldplug loads them
+    # (kmod reads modprobe.blacklist= in both).
+    blacklist = _module_list(prof, "kernel_module_blacklist", base, err)
+    # The drivers of the NIC the node boots from: the initramfs carries them (and
+    # NFS) only; a profile without the list gets every NIC driver.
+    nic_modules = (_module_list(prof, "initramfs_modules", base, err)
+                   if "initramfs_modules" in prof else None)
+    if prof.get("initramfs_modules") == []:
+        err.add("cluster", f"{base}.initramfs_modules", [],
+                "is empty: list the drivers of the management NIC (or leave it out "
+                "for every NIC driver)")
+    if blacklist:
+        cmdline = [*cmdline, "modprobe.blacklist=" + ",".join(blacklist)]
+    return cmdline, blacklist, nic_modules
+
+
+def check_profiles(cluster, err):
+    raw = cluster.get("hardware_profiles")
+    if not isinstance(raw, dict) or not raw:
+        err.add("cluster", "cluster_hardware_profiles", raw, "must be a non-empty mapping")
+        return {}
+    out = {}
+    for pname, prof in raw.items():
+        base = f"cluster_hardware_profiles.{pname}"
+        prof = as_dict(prof)
+        count, gfx_target = _check_gpus(base, prof, err)
+        _check_bmc_sensors(base, prof, count, err)
+        _check_fan_zones(base, prof, count, err)
+        rating = as_dict(prof.get("psu")).get("rating_w")
+        if rating is not None and (not isinstance(rating, int) or rating <= 0):
+            err.add("cluster", f"{base}.psu.rating_w", rating, "must be a positive integer")
+        cmdline, blacklist, nic_modules = _check_boot(base, prof, err)
+        out[pname] = {"name": pname, "gpu_count": count,
+                      "gfx_target": gfx_target, "kernel_cmdline": cmdline,
+                      "kernel_module_blacklist": blacklist, "initramfs_modules": nic_modules}
+    return out

@@ -1,0 +1,177 @@
+# Copyright: junkyard.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Storage layer: the pool and its vdevs, the science-data datasets, and the
+layout of the pool (``<pool>/images``, ``<pool>/nodes``, ``<pool>/data``):
+every dataset name and export path below the pool is built here."""
+
+from __future__ import annotations
+
+import re
+
+from .common import DATASET_PART_RE, TABLE_FIELD_RE, as_dict, as_list, is_int
+
+VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
+POOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+DEFAULT_DATASET_PROPERTIES = {"atime": "off", "compression": "lz4"}
+
+# The pool's top-level datasets, one per kind of data.
+IMAGES, NODES, DATA, ARCHIVE = "images", "nodes", "data", "archive"
+
+
+def dataset(pool, *parts):
+    """``<pool>/<part>/...``: a dataset name below the pool."""
+    return "/".join([pool, *parts])
+
+
+def export_path(export_root, *parts):
+    """``<export root>/<part>/...``: where that dataset is mounted and exported."""
+    return "/".join([export_root, *parts])
+
+
+def draid_spec(parity, data, children, spares):
+    return f"draid{parity}:{data}d:{children}c:{spares}s"
+
+
+def check_pool(cluster, err):
+    raw = cluster.get("pool")
+    if not isinstance(raw, dict):
+        err.add("cluster", "cluster_pool", raw, "must be a mapping")
+        return None
+    name = raw.get("name")
+    if not isinstance(name, str) or not POOL_NAME_RE.match(name) or \
+            name in ("mirror", "raidz", "draid", "spare", "log"):
+        err.add("cluster", "cluster_pool.name", name, "is not a valid pool name")
+    ashift = raw.get("ashift", 12)
+    if not isinstance(ashift, int) or not 9 <= ashift <= 16:
+        err.add("cluster", "cluster_pool.ashift", ashift, "must be an integer 9..16")
+    seen = {}
+    groups = [("vdevs", raw.get("vdevs"))] + [
+        (k, raw.get(k)) for k in ("special", "log") if raw.get(k) is not None]
+    if not as_list(raw.get("vdevs")):
+        err.add("cluster", "cluster_pool.vdevs", raw.get("vdevs"), "must list at least one vdev")
+    for gname, vdevs in groups:
+        if not isinstance(vdevs, list):
+            err.add("cluster", f"cluster_pool.{gname}", vdevs, "must be a list of vdevs")
+            continue
+        for i, vdev in enumerate(vdevs):
+            _check_vdev(f"cluster_pool.{gname}[{i}]", gname, as_dict(vdev), seen, err)
+    return {"name": name, "ashift": ashift,
+            "properties": as_dict(raw.get("properties")),
+            "filesystem_properties": as_dict(raw.get("filesystem_properties")),
+            "mountpoint": raw.get("mountpoint", f"/{name}")}
+
+
+def _check_vdev(where, gname, vdev, seen, err):
+    vtype = vdev.get("type")
+    disks = as_list(vdev.get("disks"))
+    for d in disks:
+        if not isinstance(d, str) or not d.startswith("/dev/"):
+            err.add("cluster", f"{where}.disks", d, "is not a device path under /dev/")
+        elif d in seen:
+            err.add("cluster", f"{where}.disks", d, f"is already used in {seen[d]}")
+        else:
+            seen[d] = where
+    if vtype not in VDEV_TYPES:
+        err.add("cluster", f"{where}.type", vtype,
+                f"is not a vdev type ({', '.join(VDEV_TYPES)})")
+        return
+    if vtype == "draid":
+        if gname != "vdevs":
+            err.add("cluster", f"{where}.type", vtype, "is only allowed in vdevs")
+            return
+        _check_draid(where, vdev, len(disks), err)
+    elif vtype == "raidz":
+        parity = vdev.get("parity", 1)
+        if parity not in (1, 2, 3):
+            err.add("cluster", f"{where}.parity", parity, "must be 1, 2 or 3")
+        elif len(disks) < parity + 1:
+            err.add("cluster", f"{where}.disks", len(disks),
+                    f"disks cannot build raidz{parity} (needs at least {parity + 1})")
+    elif vtype == "mirror" and len(disks) < 2:
+        err.add("cluster", f"{where}.disks", len(disks),
+                "disks cannot build a mirror (needs at least 2)")
+    elif vtype == "disk" and len(disks) != 1:
+        err.add("cluster", f"{where}.disks", len(disks),
+                "disks listed for a single-disk vdev (needs exactly 1)")
+
+
+def _check_draid(where, vdev, ndisks, err):
+    parity, data, spares = vdev.get("parity"), vdev.get("data"), vdev.get("spares", 0)
+    children = vdev.get("children", ndisks)
+    ok = True
+    if parity not in (1, 2, 3):
+        err.add("cluster", f"{where}.parity", parity, "must be 1, 2 or 3")
+        ok = False
+    if not is_int(data) or data < 1:
+        err.add("cluster", f"{where}.data", data, "must be an integer >= 1")
+        ok = False
+    if not is_int(spares) or spares < 0:
+        err.add("cluster", f"{where}.spares", spares, "must be an integer >= 0")
+        ok = False
+    if not ok:
+        return
+    if children != ndisks:
+        err.add("cluster", f"{where}.children", children,
+                f"does not match the {ndisks} disks listed")
+        return
+    if ndisks > 255:
+        err.add("cluster", f"{where}.disks", ndisks, "disks exceed dRAID's 255 children")
+    elif data + parity + spares > ndisks:
+        spec = draid_spec(parity, data, ndisks, spares)
+        err.add("cluster", where, spec,
+                f"cannot be built from {ndisks} disks: a redundancy group needs "
+                f"{data} data + {parity} parity and {spares} distributed spares take "
+                f"{spares} more ({data + parity + spares} > {ndisks})")
+
+
+def check_data_datasets(cluster, err):
+    out = []
+    seen = set()
+    for i, ds in enumerate(as_list(cluster.get("data_datasets", []))):
+        ds = as_dict(ds)
+        name = ds.get("name")
+        if not isinstance(name, str) or not DATASET_PART_RE.match(name):
+            err.add("cluster", f"cluster_data_datasets[{i}].name", name,
+                    "is not a valid dataset name")
+            continue
+        if name in seen:
+            err.add("cluster", f"cluster_data_datasets[{i}].name", name, "is repeated")
+            continue
+        mount = ds.get("mount", f"/data/{name}")
+        if not isinstance(mount, str) or not mount.startswith("/") or \
+                not TABLE_FIELD_RE.match(mount):
+            err.add("cluster", f"cluster_data_datasets[{i}].mount", mount,
+                    "is not an absolute path without white space")
+            continue
+        seen.add(name)
+        out.append({"name": name, "properties": as_dict(ds.get("properties")),
+                    "mount": mount})
+    return out
+
+
+def top_datasets(pool):
+    """The pool's top-level datasets (containers, never mounted).
+
+    Overlay mounts on the nodes sit on the NFS-exported image: its ACLs must be
+    off (inherited by every image version, clones included)."""
+    return [
+        {"name": dataset(pool, IMAGES), "properties": {"canmount": "off", "acltype": "off"}},
+        {"name": dataset(pool, NODES), "properties": {"canmount": "off"}},
+        {"name": dataset(pool, DATA), "properties": {"canmount": "off"}},
+    ]
+
+
+def data_layer(pool, export_root, data_sets, data_net, head_data_ip):
+    """(datasets, exports, mounts) of the science data: read-write to the data
+    subnet with root squashed, mounted on every node from the head's data address."""
+    datasets, exports, mounts = [], [], []
+    for ds in data_sets:
+        path = export_path(export_root, DATA, ds["name"])
+        datasets.append({"name": dataset(pool, DATA, ds["name"]),
+                         "properties": {**ds["properties"]}})
+        exports.append({"path": path,
+                        "clients": [{"host": data_net["subnet"],
+                                     "options": "rw,root_squash,no_subtree_check"}]})
+        mounts.append({"name": ds["name"], "path": ds["mount"],
+                       "source": f"{head_data_ip}:{path}"})
+    return datasets, exports, mounts
