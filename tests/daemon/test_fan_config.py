@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
+import yaml
 from fan_fixtures import G292_Z20, FakeTransport, raw_config
 from junkyard_fan.config import ConfigError, load_config, parse_config
 from junkyard_fan.daemon import Daemon
@@ -16,6 +17,26 @@ def problems(raw, env=None) -> list[str]:
     with pytest.raises(ConfigError) as exc:
         parse_config(raw, env=env or {})
     return exc.value.problems
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("inventory,vars_file", [("example", "hardware.yml"),
+                                                 ("lab", "cluster.yml")])
+def test_every_inventory_profile_with_fans_is_accepted_as_written(inventory, vars_file):
+    # the role renders the inventory's profile verbatim: keys of other layers
+    # (kernel command line, initramfs, memory) must not stop the daemon
+    hardware = yaml.safe_load(
+        (REPO / f"inventories/{inventory}/group_vars/all/{vars_file}").read_text())
+    profiles = {name: prof for name, prof in hardware["cluster_hardware_profiles"].items()
+                if prof.get("fan_zones")}
+    if inventory == "example":
+        assert profiles, "the example's profiles have fan zones"
+    for name, prof in profiles.items():
+        cfg = parse_config(raw_config(profile=copy.deepcopy(prof)), env={})
+        assert [z.name for z in cfg.profile.fan_zones] == \
+            [z["name"] for z in prof["fan_zones"]], name
 
 
 def test_the_example_profile_is_valid_and_derives_the_cap():
