@@ -37,6 +37,9 @@ def check_head(head_in, nets, err):
     if not head_name:
         err.plain("cluster: the group storage_head must hold exactly one host")
         return head
+    if not NAME_RE.match(str(head_name)):
+        err.add(head_name, "inventory_hostname", head_name,
+                "is not a valid host name (lower-case letters, digits, -)")
     ifaces = as_dict(as_dict(head_in.get("vars")).get("head_interfaces"))
     for role in ("mgmt", "data"):
         if role not in ifaces:
