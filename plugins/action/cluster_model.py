@@ -29,6 +29,7 @@ CLUSTER_KEYS = tuple(CLUSTER)
 NODE_KEYS = ("node_profile", "node_image", "node_image_version", "node_interfaces")
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 ENV_LOOKUP_RE = re.compile(r"""(lookup|query|q)\(\s*['"](ansible\.builtin\.)?env['"]""")
+ENV_DEFAULT_RE = re.compile(r"""\bdefault\s*(?:=|\()\s*(['"])(.*?)\1""")
 VAR_REF_RE = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 
 
@@ -42,7 +43,9 @@ def secret_verdict(value, raw_vars, depth=0):
     if not isinstance(value, str):
         return "plain"
     if ENV_LOOKUP_RE.search(value):
-        return "env"
+        # a default= in the lookup is the password whenever the variable is unset
+        default = ENV_DEFAULT_RE.search(value)
+        return "env-default" if default and default.group(2) else "env"
     ref = VAR_REF_RE.match(value)
     if ref and depth < 5 and ref.group(1) in raw_vars:
         return secret_verdict(raw_vars[ref.group(1)], raw_vars, depth + 1)

@@ -5,6 +5,7 @@ form."""
 from __future__ import annotations
 
 import pytest
+from ansible_collections.junkyard.cluster.plugins.action.cluster_model import secret_verdict
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
 from tests.unit.test_cluster_model import lab_data
@@ -148,3 +149,43 @@ def test_unusual_but_valid_is_accepted(mutate):
     model, errors = build_model(data)
     assert errors == []
     assert model["nodes"]
+
+
+@pytest.mark.parametrize(("password", "verdict"), [
+    ("{{ lookup('ansible.builtin.env', 'BMC_PW', default='hunter2') }}", "env-default"),
+    ("{{ lookup('env', 'BMC_PW') | default('hunter2', true) }}", "env-default"),
+    ("{{ lookup('ansible.builtin.env', 'BMC_PW', default='') }}", "env"),
+    ("{{ lookup('ansible.builtin.env', 'BMC_PW') }}", "env"),
+])
+def test_an_env_lookup_with_a_plain_text_default_is_not_a_secret(password, verdict):
+    assert secret_verdict(password, {}) == verdict
+    data = lab_data()
+    data["secrets"]["node01"] = verdict
+    _model, errors = build_model(data)
+    expected = ("node01: node_bmc.password <hidden> has a plain-text default= in its "
+                "environment lookup")
+    assert any(e.startswith(expected) for e in errors) == (verdict == "env-default")
+
+
+STATE = {"schema": 1, "nodes": {}, "images": {"bookworm": {
+    "current": "v2", "versions": {"v1": {"origin": None}, "v2": {"origin": "v1"}}}}}
+
+
+@pytest.mark.parametrize(("pin", "refused"), [("v3", True), ("v1", False), ("v2", False)])
+def test_a_pin_must_name_a_version_the_state_records(pin, refused):
+    data = lab_data()
+    data["nodes"]["node02"]["node_image_version"] = pin
+    data["image_state"], data["image_state_file"] = STATE, "head:/etc/junkyard/image-state.yml"
+    _model, errors = build_model(data)
+    expected = ("node02: node_image_version v3 is not a recorded version of bookworm in the "
+                "image state head:/etc/junkyard/image-state.yml (v1, v2)")
+    assert errors == ([expected + ": a pin names a version that was built"] if refused else [])
+
+
+def test_a_pin_is_free_while_the_state_records_nothing_of_its_image():
+    data = lab_data()
+    data["nodes"]["node02"]["node_image_version"] = "v7"
+    data["image_state"] = {}
+    model, errors = build_model(data)
+    assert errors == []
+    assert ("bookworm", "v7") in {(b["image"], b["version"]) for b in model["image_builds"]}

@@ -59,7 +59,11 @@ def check_bmc(name, bmc, nets, secret, err):
     port = bmc.get("port", BMC_PORT)
     if not isinstance(port, int) or not 1 <= port <= 65535:
         err.add(name, "node_bmc.port", port, "is not a UDP port")
-    if secret is not None and secret not in SECRET_VERDICTS:
+    if secret == "env-default":
+        err.add(name, "node_bmc.password", "<hidden>",
+                "has a plain-text default= in its environment lookup: that default is the "
+                "password whenever the variable is unset; leave it out or make it ''")
+    elif secret is not None and secret not in SECRET_VERDICTS:
         err.add(name, "node_bmc.password", "<hidden>",
                 "is given in plain text: use an Ansible Vault value or "
                 "\"{{ lookup('ansible.builtin.env', 'VAR') }}\"")
