@@ -10,6 +10,7 @@ on the storage head.  Neither = no state."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import yaml
 from ansible.errors import AnsibleActionFail
@@ -19,13 +20,16 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model imp
     build_model,
     merge_bmc,
 )
-
-CLUSTER_KEYS = (
-    "name", "domain", "networks", "writable_paths", "writable_failure_policy",
-    "hardware_profiles", "images", "pool", "data_datasets", "tftp_root", "nfs_version",
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model.schema import (
+    CLUSTER,
+    NAMESPACES,
 )
+
+CLUSTER_KEYS = tuple(CLUSTER)
 NODE_KEYS = ("node_profile", "node_image", "node_image_version", "node_interfaces")
+ROLES = Path(__file__).resolve().parents[2] / "roles"
 ENV_LOOKUP_RE = re.compile(r"""(lookup|query|q)\(\s*['"](ansible\.builtin\.)?env['"]""")
+ENV_DEFAULT_RE = re.compile(r"""\bdefault\s*(?:=|\()\s*(['"])(.*?)\1""")
 VAR_REF_RE = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 
 
@@ -39,11 +43,32 @@ def secret_verdict(value, raw_vars, depth=0):
     if not isinstance(value, str):
         return "plain"
     if ENV_LOOKUP_RE.search(value):
-        return "env"
+        # a default= in the lookup is the password whenever the variable is unset
+        default = ENV_DEFAULT_RE.search(value)
+        return "env-default" if default and default.group(2) else "env"
     ref = VAR_REF_RE.match(value)
     if ref and depth < 5 and ref.group(1) in raw_vars:
         return secret_verdict(raw_vars[ref.group(1)], raw_vars, depth + 1)
     return "plain"
+
+
+def role_variables(roles=ROLES):
+    """{role: [variables]} of the collection's roles named in its namespaces
+    (node_image, node_network, cluster_model): their inputs (every entry point of
+    meta/argument_specs.yml) and their defaults."""
+    out = {}
+    for role in sorted(p for p in roles.iterdir() if p.name.startswith(NAMESPACES)):
+        names = set()
+        specs = role / "meta" / "argument_specs.yml"
+        if specs.is_file():
+            for entry in ((yaml.safe_load(specs.read_text()) or {})
+                          .get("argument_specs") or {}).values():
+                names.update((entry or {}).get("options") or {})
+        defaults = role / "defaults" / "main.yml"
+        if defaults.is_file():
+            names.update(yaml.safe_load(defaults.read_text()) or {})
+        out[role.name] = sorted(names)
+    return out
 
 
 def _parse_yaml(text, where):
@@ -97,9 +122,13 @@ class ActionModule(ActionBase):
         heads = groups.get(head_group, [])
         head = {}
         errors = []
+        variables = {}
         if len(heads) == 1:
+            raw = hostvars.raw_get(heads[0])
+            variables[heads[0]] = sorted(k for k in raw if k.startswith(NAMESPACES))
             head = {"name": heads[0],
-                    "vars": {"head_interfaces": hostvars[heads[0]].get("head_interfaces")}}
+                    "vars": {"head_interfaces": self._templar.copy_with_new_env(
+                        available_variables=raw).template(raw.get("head_interfaces"))}}
         elif len(heads) > 1:
             errors.append(f"cluster: the group {head_group} holds {len(heads)} hosts "
                           f"({', '.join(heads)}); it must hold exactly one storage head")
@@ -109,11 +138,18 @@ class ActionModule(ActionBase):
             # One variable lookup per host (hostvars[host][key] would redo it
             # for every key), templated with that host's own variables.
             raw = hostvars.raw_get(host)
+            variables[host] = sorted(k for k in raw if k.startswith(NAMESPACES))
             templar = self._templar.copy_with_new_env(available_variables=raw)
             node = {key: templar.template(raw.get(key)) for key in NODE_KEYS}
             # The one merge of node_bmc_defaults and node_bmc (the bmc_login filter
             # takes the password from the same function).
             bmc_raw = merge_bmc(raw.get("node_bmc_defaults"), raw.get("node_bmc"))
+            # As written, for the check of their keys (the password's value stays here).
+            node["_bmc_sources"] = {
+                key: ({k: (None if k == "password" else templar.template(v))
+                       for k, v in raw[key].items()} if isinstance(raw[key], dict)
+                      else templar.template(raw[key]))
+                for key in ("node_bmc", "node_bmc_defaults") if key in raw}
             if isinstance(bmc_raw, dict):
                 node["node_bmc"] = {k: templar.template(v) for k, v in bmc_raw.items()
                                     if k != "password"}
@@ -127,7 +163,8 @@ class ActionModule(ActionBase):
         errors.extend(state_errors)
         model, model_errors = build_model(
             {"cluster": cluster, "head": head, "nodes": nodes, "secrets": secrets,
-             "image_state": state, "image_state_file": state_file})
+             "image_state": state, "image_state_file": state_file,
+             "variables": variables, "role_variables": role_variables()})
         errors.extend(model_errors)
         if errors:
             raise AnsibleActionFail(

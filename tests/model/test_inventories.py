@@ -262,6 +262,219 @@ def m_networks_wrong_type(inv):
     inv["cluster"]["cluster_networks"] = "10.77.0.0/24"
 
 
+# --- names and shapes (issue 21): unknown keys, wrong shapes, YAML numbers ---
+
+
+def m_unknown_cluster_variable(inv):
+    inv["cluster"]["cluster_writeable_paths"] = inv["cluster"].pop("cluster_writable_paths")
+
+
+def m_unknown_node_variable(inv):
+    _node(inv, "node02")["node_image_verison"] = "v1"
+
+
+def m_unknown_head_variable(inv):
+    _head(inv)["head_interface"] = _head(inv)["head_interfaces"]
+
+
+def m_unknown_group_variable(inv):
+    inv["nodes_group"]["node_profle"] = "lab-vm"
+
+
+def m_unknown_role_prefixed_variable(inv):
+    inv["nodes_group"]["node_network_tabel"] = {}
+
+
+def m_draid_spare(inv):
+    inv["cluster"]["cluster_pool"]["vdevs"][0]["spare"] = 1
+
+
+def m_network_key(inv):
+    inv["cluster"]["cluster_networks"]["data"]["mut"] = 9000
+
+
+def m_writable_key(inv):
+    inv["cluster"]["cluster_writable_paths"][3]["sise"] = "4g"
+
+
+def m_iface_key(inv):
+    _node(inv, "node01")["node_interfaces"]["mgmt"]["macaddr"] = "52:54:00:77:00:11"
+
+
+def m_bmc_key(inv):
+    _node(inv, "node01")["node_bmc"]["usrname"] = "admin"
+
+
+def m_bmc_defaults_key(inv):
+    inv["nodes_group"]["node_bmc_defaults"] = {"usrname": "admin"}
+
+
+def m_profile_key(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_cmdlin"] = ["quiet"]
+
+
+def m_profile_bmc_key(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["bmc"]["cpu_temp_sensor"] = ["T"]
+
+
+def m_fan_zone_key(inv):
+    _gpu_profile(inv)["fan_zones"][0]["fanid"] = 1
+
+
+def m_image_key(inv):
+    inv["cluster"]["cluster_images"]["bookworm"]["current_verison"] = "v2"
+
+
+def m_data_dataset_key(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mountpoint"] = "/data/s"
+
+
+def m_pool_key(inv):
+    inv["cluster"]["cluster_pool"]["mount_point"] = "/tank"
+
+
+def m_interfaces_role(inv):
+    _node(inv, "node01")["node_interfaces"]["mgmnt"] = {}
+
+
+def m_zone_gpus_string(inv):
+    _gpu_profile(inv)["fan_zones"][0]["gpus"] = "0-1"
+
+
+def m_sensors_string(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["bmc"]["psu_status_sensors"] = \
+        "PSU1_STATUS PSU2_STATUS"
+
+
+def m_disks_string(inv):
+    inv["cluster"]["cluster_pool"]["special"][0]["disks"] = "/dev/disk/by-id/virtio-jydisk12"
+
+
+def m_writable_paths_mapping(inv):
+    inv["cluster"]["cluster_writable_paths"] = {"/var/log": "persistent"}
+
+
+def m_data_datasets_string(inv):
+    inv["cluster"]["cluster_data_datasets"] = "scratch"
+
+
+def m_profile_not_mapping(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["gpu"] = "none"
+
+
+def m_mac_as_number(inv):
+    # 52:54:00:12:34:56 unquoted is a YAML 1.1 base-60 integer
+    _node(inv, "node02")["node_interfaces"]["data"]["mac"] = 6797531046
+
+
+def m_version_as_number(inv):
+    inv["cluster"]["cluster_images"]["bookworm"]["current_version"] = 2026.1
+
+
+def m_pin_as_number(inv):
+    _node(inv, "node01")["node_image_version"] = 2026.1
+
+
+def m_port_as_string(inv):
+    _node(inv, "node01")["node_bmc"]["port"] = "623x"
+
+
+def m_mtu_string_and_more(inv):
+    inv["cluster"]["cluster_networks"]["data"]["mtu"] = "jumbo"
+    inv["cluster"]["cluster_pool"]["ashift"] = "12k"
+
+
+# --- relations (issue 21) -----------------------------------------------------
+
+
+def m_bmc_overlaps_mgmt(inv):
+    inv["cluster"]["cluster_networks"]["bmc"]["subnet"] = "10.77.0.0/16"
+    for n in ("node01", "node02"):
+        _node(inv, n)["node_bmc"]["address"] = "10.77.5.1" + n[-1]
+
+
+def m_bmc_overlaps_data(inv):
+    inv["cluster"]["cluster_networks"]["bmc"]["subnet"] = "10.78.0.128/25"
+    for n in ("node01", "node02"):
+        _node(inv, n)["node_bmc"]["address"] = "10.78.0.20" + n[-1]
+
+
+def m_gpu_in_no_zone(inv):
+    _gpu_profile(inv)["fan_zones"][1]["gpus"] = [2]
+
+
+def m_two_zones_one_fan(inv):
+    _gpu_profile(inv)["fan_zones"][1]["fan_id"] = 1
+
+
+def m_head_name(inv):
+    heads = inv["hosts"]["all"]["children"]["storage_head"]["hosts"]
+    heads["Storage_01"] = heads.pop("head")
+
+
+def m_zero_mac(inv):
+    _node(inv, "node01")["node_interfaces"]["mgmt"]["mac"] = "00:00:00:00:00:00"
+
+
+def m_multicast_mac(inv):
+    _node(inv, "node02")["node_interfaces"]["data"]["mac"] = "01:00:5e:00:00:12"
+
+
+def m_raidz_log(inv):
+    inv["cluster"]["cluster_pool"]["log"] = [
+        {"type": "raidz", "disks": ["/dev/disk/by-id/virtio-log1", "/dev/disk/by-id/virtio-log2"]}]
+
+
+def m_relative_pool_mountpoint(inv):
+    inv["cluster"]["cluster_pool"]["mountpoint"] = "tank"
+
+
+def m_tmpfs_over_usr(inv):
+    inv["cluster"]["cluster_writable_paths"].append({"path": "/usr", "kind": "tmpfs"})
+
+
+def m_overlay_over_etc(inv):
+    inv["cluster"]["cluster_writable_paths"][7] = {"path": "/etc", "kind": "overlay"}
+
+
+def m_domain_with_space(inv):
+    inv["cluster"]["cluster_domain"] = "lab internal"
+
+
+def m_tftp_root_with_comma(inv):
+    inv["cluster"]["cluster_tftp_root"] = "/srv/tftp,ro"
+
+
+def m_cmdline_with_space(inv):
+    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_cmdline"] = [
+        "console=ttyS0,115200 quiet"]
+
+
+def m_sharenfs(inv):
+    inv["cluster"]["cluster_pool"]["filesystem_properties"] = {"sharenfs": "on"}
+
+
+def m_data_mount_with_comma(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mount"] = "/data/scratch,rw"
+
+
+def m_unknown_timezone(inv):
+    inv["cluster"]["cluster_timezone"] = "Europe/Berln"
+
+
+def m_apt_proxy_without_scheme(inv):
+    inv["cluster"]["cluster_apt_proxy"] = "10.0.2.100:3142"
+
+
+def m_device_with_space(inv):
+    _head(inv)["head_interfaces"]["data"]["device"] = "enp65s0f0 "
+
+
+def m_password_with_default(inv):
+    _node(inv, "node02")["node_bmc"]["password"] = (
+        "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD', default='hunter2') }}")
+
+
 CASES = [
     (m_dup_mgmt_mac, "node02: node_interfaces.mgmt.mac 52:54:00:77:00:11 is already used by "
      "node01 (node_interfaces.mgmt.mac) on the management network"),
@@ -323,8 +536,190 @@ CASES = [
     (m_failure_policy, "cluster_writable_failure_policy"),
     (m_bad_version, "node02: node_image_version v2/../../etc is not a version name"),
     (m_bad_hostname, "Node_03: inventory_hostname Node_03 is not a valid host name"),
-    (m_networks_wrong_type, "cluster_networks"),
+    (m_networks_wrong_type, "cluster: cluster_networks 10.77.0.0/24 must be a mapping, not a "
+     "string"),
+    (m_unknown_cluster_variable, "cluster: cluster_writeable_paths is not a variable of "
+     "junkyard.cluster (did you mean cluster_writable_paths?)"),
+    (m_unknown_node_variable, "node02: node_image_verison is not a variable of junkyard.cluster "
+     "nor of its role node_image (did you mean node_image_version?)"),
+    (m_unknown_head_variable, "head: head_interface is not a variable of junkyard.cluster "
+     "(did you mean head_interfaces?)"),
+    (m_unknown_group_variable, "gpu_nodes: node_profle is not a variable of junkyard.cluster "
+     "(did you mean node_profile?)"),
+    (m_unknown_role_prefixed_variable, "gpu_nodes: node_network_tabel is not a variable of "
+     "junkyard.cluster nor of its role node_network (did you mean node_network_table?)"),
+    (m_draid_spare, "cluster: cluster_pool.vdevs[0] spare is not a known key (did you mean "
+     "spares?); known keys: type, disks, parity, data, spares, children"),
+    (m_network_key, "cluster: cluster_networks.data mut is not a known key (did you mean mtu?)"),
+    (m_writable_key, "cluster: cluster_writable_paths[3] sise is not a known key (did you mean "
+     "size?)"),
+    (m_iface_key, "node01: node_interfaces.mgmt macaddr is not a known key (did you mean mac?)"),
+    (m_bmc_key, "node01: node_bmc usrname is not a known key (did you mean username?)"),
+    (m_bmc_defaults_key, "gpu_nodes: node_bmc_defaults usrname is not a known key (did you mean "
+     "username?)"),
+    (m_profile_key, "cluster: cluster_hardware_profiles.lab-vm kernel_cmdlin is not a known key "
+     "(did you mean kernel_cmdline?)"),
+    (m_profile_bmc_key, "cluster: cluster_hardware_profiles.lab-vm.bmc cpu_temp_sensor is not a "
+     "known key (did you mean cpu_temp_sensors?)"),
+    (m_fan_zone_key, "cluster: cluster_hardware_profiles.quad.fan_zones[0] fanid is not a known "
+     "key (did you mean fan_id?)"),
+    (m_image_key, "cluster: cluster_images.bookworm current_verison is not a known key (did you "
+     "mean current_version?)"),
+    (m_data_dataset_key, "cluster: cluster_data_datasets[0] mountpoint is not a known key"),
+    (m_pool_key, "cluster: cluster_pool mount_point is not a known key (did you mean "
+     "mountpoint?)"),
+    (m_interfaces_role, "node01: node_interfaces mgmnt is not a known key (did you mean mgmt?)"),
+    (m_zone_gpus_string, "cluster: cluster_hardware_profiles.quad.fan_zones[0].gpus 0-1 must be "
+     "a list of GPU numbers, not a string"),
+    (m_sensors_string, "cluster: cluster_hardware_profiles.lab-vm.bmc.psu_status_sensors "
+     "PSU1_STATUS PSU2_STATUS must be a list of sensor names, not a string"),
+    (m_disks_string, "cluster: cluster_pool.special[0].disks /dev/disk/by-id/virtio-jydisk12 must "
+     "be a list of device paths, not a string"),
+    (m_writable_paths_mapping, "cluster: cluster_writable_paths {'/var/log': 'persistent'} must "
+     "be a list of paths, not a mapping"),
+    (m_data_datasets_string, "cluster: cluster_data_datasets scratch must be a list of "
+     "datasets, not a string"),
+    (m_profile_not_mapping, "cluster: cluster_hardware_profiles.lab-vm.gpu none must be a "
+     "mapping, not a string"),
+    (m_mac_as_number, "node02: node_interfaces.data.mac 6797531046 must be a string: YAML read "
+     "the unquoted value as a number; write it in quotes"),
+    (m_version_as_number, "cluster: cluster_images.bookworm.current_version 2026.1 must be a "
+     "string: YAML read the unquoted value as a number; write it in quotes"),
+    (m_pin_as_number, "node01: node_image_version 2026.1 must be a string: YAML read the "
+     "unquoted value as a number; write it in quotes"),
+    (m_port_as_string, "node01: node_bmc.port 623x must be an integer"),
+    (m_mtu_string_and_more, "cluster: cluster_networks.data.mtu jumbo must be an integer "
+     "576..9216"),
+    (m_mtu_string_and_more, "cluster: cluster_pool.ashift 12k must be an integer 9..16"),
+    (m_bmc_overlaps_mgmt, "cluster: cluster_networks.bmc.subnet 10.77.0.0/16 overlaps the "
+     "management subnet 10.77.0.0/24: the BMCs must be on their own network"),
+    (m_bmc_overlaps_data, "cluster: cluster_networks.bmc.subnet 10.78.0.128/25 overlaps the "
+     "data subnet 10.78.0.0/24"),
+    (m_gpu_in_no_zone, "cluster: cluster_hardware_profiles.quad.fan_zones 3 is a GPU in no fan "
+     "zone"),
+    (m_two_zones_one_fan, "cluster: cluster_hardware_profiles.quad.fan_zones[1].fan_id 1 is "
+     "already the fan of zone front"),
+    (m_head_name, "Storage_01: inventory_hostname Storage_01 is not a valid host name"),
+    (m_zero_mac, "node01: node_interfaces.mgmt.mac 00:00:00:00:00:00 is the all-zero MAC "
+     "address"),
+    (m_multicast_mac, "node02: node_interfaces.data.mac 01:00:5e:00:00:12 is a multicast "
+     "(group) MAC address"),
+    (m_raidz_log, "cluster: cluster_pool.log[0].type raidz cannot be a log vdev"),
+    (m_relative_pool_mountpoint, "cluster: cluster_pool.mountpoint tank is not an absolute "
+     "path"),
+    (m_tmpfs_over_usr, "cluster: cluster_writable_paths[8].path /usr is a directory the node "
+     "needs from its image as a whole"),
+    (m_overlay_over_etc, "cluster: cluster_writable_paths[7].path /etc is a directory the node "
+     "needs from its image as a whole"),
+    (m_domain_with_space, "cluster: cluster_domain lab internal is not a DNS domain"),
+    (m_tftp_root_with_comma, "cluster: cluster_tftp_root /srv/tftp,ro contains a character an "
+     "exports line, kernel command line or dnsmasq file cannot hold"),
+    (m_cmdline_with_space, "cluster: cluster_hardware_profiles.lab-vm.kernel_cmdline "
+     "console=ttyS0,115200 quiet is not one kernel argument"),
+    (m_sharenfs, "cluster: cluster_pool.filesystem_properties sharenfs is refused"),
+    (m_data_mount_with_comma, "cluster: cluster_data_datasets[0].mount /data/scratch,rw contains "
+     "a character"),
+    (m_unknown_timezone, "cluster: cluster_timezone Europe/Berln is not a time zone"),
+    (m_apt_proxy_without_scheme, "cluster: cluster_apt_proxy 10.0.2.100:3142 is not an http:// "
+     "or https:// URL"),
+    (m_password_with_default, "node02: node_bmc.password <hidden> has a plain-text default= "
+     "in its environment lookup"),
+    (m_device_with_space, "head: head_interfaces.data.device enp65s0f0 is not a network "
+     "interface name"),
 ]
+
+
+# --- valid but unusual inventories: accepted ---------------------------------
+
+
+def _hosts(inv):
+    return inv["hosts"]["all"]["children"]["gpu_nodes"]["hosts"]
+
+
+def ok_one_node(inv):
+    del _hosts(inv)["node02"]
+
+
+def ok_64_generated_nodes(inv):
+    template = _node(inv, "node01")
+    hosts = _hosts(inv)
+    hosts.clear()
+    for i in range(1, 65):
+        node = copy.deepcopy(template)
+        for role, net in (("mgmt", 77), ("data", 78)):
+            node["node_interfaces"][role].update(mac=f"52:54:00:{net}:01:{i:02x}",
+                                                 ip=f"10.{net}.0.{100 + i}")
+        node["node_bmc"]["port"] = 7000 + i
+        hosts[f"gpu{i:02d}"] = node
+
+
+def ok_mixed_profiles(inv):
+    _gpu_profile(inv)
+    _node(inv, "node02")["node_profile"] = "quad"
+
+
+def ok_mtu_9000_on_data(inv):
+    inv["cluster"]["cluster_networks"]["data"]["mtu"] = 9000
+
+
+def ok_upper_case_dash_macs(inv):
+    for n in ("node01", "node02"):
+        for role in ("mgmt", "data"):
+            iface = _node(inv, n)["node_interfaces"][role]
+            iface["mac"] = iface["mac"].upper().replace(":", "-")
+
+
+def ok_pin(inv):
+    _node(inv, "node02")["node_image_version"] = "v1"
+
+
+def ok_two_images(inv):
+    inv["cluster"]["cluster_images"]["trixie"] = {"suite": "trixie", "current_version": "2026.10"}
+    _node(inv, "node02")["node_image"] = "trixie"
+
+
+def ok_gateways(inv):
+    inv["cluster"]["cluster_networks"]["mgmt"]["gateway"] = "10.77.0.254"
+    inv["cluster"]["cluster_networks"]["data"]["gateway"] = "10.78.0.254"
+
+
+def ok_site_and_role_variables(inv):
+    inv["nodes_group"].update(rack="a1", node_image_packages=["htop"],
+                              node_network_data_mount_options="hard,nconnect=4")
+    _head(inv)["site_contact"] = "ops@example.org"
+
+
+def ok_nothing_writable(inv):
+    inv["cluster"]["cluster_writable_paths"] = []
+    inv["cluster"]["cluster_data_datasets"] = []
+    inv["cluster"]["cluster_nfs_version"] = 4
+
+
+def ok_bmc_defaults_and_extra_vdevs(inv):
+    inv["nodes_group"]["node_bmc_defaults"] = {
+        "username": "admin",
+        "password": "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD') }}"}
+    for n in ("node01", "node02"):
+        bmc = _node(inv, n)["node_bmc"]
+        del bmc["username"], bmc["password"]
+    inv["cluster"]["cluster_pool"]["log"] = [
+        {"type": "mirror", "disks": ["/dev/disk/by-id/virtio-log1", "/dev/disk/by-id/virtio-log2"]}]
+    inv["cluster"]["cluster_pool"]["mountpoint"] = "/srv/tank"
+
+
+ACCEPTED = [ok_one_node, ok_64_generated_nodes, ok_mixed_profiles, ok_mtu_9000_on_data,
+            ok_upper_case_dash_macs, ok_pin, ok_two_images, ok_gateways,
+            ok_site_and_role_variables, ok_nothing_writable, ok_bmc_defaults_and_extra_vdevs]
+
+
+@pytest.mark.parametrize("mutate", ACCEPTED, ids=[m.__name__[3:] for m in ACCEPTED])
+def test_unusual_inventory_is_accepted(tmp_path, mutate):
+    inv = _load_lab()
+    mutate(inv)
+    r, out = _run(_write(inv, tmp_path), tmp_path)
+    assert r.rc == 0, out
+    assert "The inventory is refused" not in out
+    assert "ok=3" in " ".join(out.split()), out
 
 
 @pytest.mark.parametrize(("mutate", "expected"), CASES, ids=[c[0].__name__[2:] for c in CASES])
@@ -337,6 +732,27 @@ def test_bad_inventory_is_refused(tmp_path, mutate, expected):
     assert expected in flat, out
     # Nothing after the validation ran: the play recap shows no change.
     assert "changed=1" not in flat
+    # The model's own words only: no traceback, no argument specification.
+    assert "Traceback" not in out and "argument_spec" not in out, out
+
+
+# Mutations whose refusals are unrelated: one run must report every one of them.
+TOGETHER = [m_draid_spare, m_sensors_string, m_mac_as_number, m_port_as_string, m_bad_mac,
+            m_bad_version, m_unknown_node_variable, m_two_zones_one_fan,
+            m_bmc_overlaps_data, m_unknown_cluster_variable]
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    inv = _load_lab()
+    for mutate in TOGETHER:
+        mutate(inv)
+    r, out = _run(_write(inv, tmp_path), tmp_path)
+    assert r.rc != 0
+    flat = " ".join(out.split())
+    expected = dict((m, e) for m, e in CASES if m in TOGETHER)
+    missing = [e for e in expected.values() if e not in flat]
+    assert not missing, out
+    assert "Traceback" not in out and "argument_spec" not in out
 
 
 def test_secret_never_printed(tmp_path):
@@ -409,3 +825,14 @@ def test_vaulted_password_is_accepted_and_model_derived(tmp_path):
             "clients": [{"host": "10.77.0.12",
                          "options": "rw,no_root_squash,no_subtree_check"}]} in model["exports"]
     assert "tank/nodes/node01/var-lib-rasdaemon" in [d["name"] for d in model["datasets"]]
+
+
+def test_a_pin_the_image_state_does_not_record_is_refused(tmp_path):
+    inv = _load_lab()
+    _node(inv, "node02")["node_image_version"] = "v3"
+    state = {"schema": 1, "nodes": {}, "images": {"bookworm": {
+        "current": "v2", "versions": {"v1": {"origin": None}, "v2": {"origin": "v1"}}}}}
+    r, out = _run(_write(inv, tmp_path), tmp_path, extravars={"cluster_image_state": state})
+    assert r.rc != 0
+    assert ("node02: node_image_version v3 is not a recorded version of bookworm in the image "
+            "state cluster_image_state (v1, v2)") in " ".join(out.split()), out

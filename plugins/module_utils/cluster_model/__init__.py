@@ -12,6 +12,8 @@ controller and in unit tests alike.  The input is a plain dict::
       "secrets": {<host>: <verdict of the BMC password check>},
       "image_state": <the image state (docs/upgrades.md), parsed; None = no state>,
       "image_state_file": <"<head>:<path>" it was read from; None = cluster_image_state>,
+      "variables": {<host>: [<names of its cluster_*, node_*, head_* variables>]},
+      "role_variables": {<role>: [<the variables it declares>]},
     }
 
 ``build_model`` returns ``(model, errors)``.  Every error names the host (or
@@ -32,7 +34,7 @@ the image, else the inventory's ``cluster_images.<image>.current_version``.
 
 from __future__ import annotations
 
-from . import hardware, images, netboot, networks, nodes, storage, upgrades
+from . import hardware, images, netboot, networks, nodes, schema, settings, storage, upgrades
 from .common import DATASET_PART_RE, MAC_RE, NAME_RE, Errors, as_dict
 from .images import FAILURE_POLICIES, VERSION_RE, WRITABLE_KINDS
 from .networks import NETWORK_ROLES, NETWORK_TITLES
@@ -50,7 +52,11 @@ __all__ = [
 def build_model(data):
     """Validate ``data`` and derive the cluster model.  Returns (model, errors)."""
     err = Errors()
+    schema.check_variables(data.get("variables"), data.get("role_variables"),
+                           list(as_dict(data.get("nodes"))), err)
+    schema.check_inputs(data, err)
     cluster = as_dict(data.get("cluster"))
+    settings.check_settings(cluster, err)
     nets = networks.check_networks(cluster, err)
     writable = images.check_writable_paths(cluster, err)
     profiles = hardware.check_profiles(cluster, err)

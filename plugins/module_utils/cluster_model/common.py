@@ -6,6 +6,7 @@ problem, ``host: field value problem``) and the parsing of addresses and names."
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
@@ -13,6 +14,11 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 DATASET_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 # A field written into a white-space separated boot-time table.
 TABLE_FIELD_RE = re.compile(r"^[^\s#]\S*$")
+# Directories a node needs as the image has them, whole: a writable mount over one
+# of them hides the system (their subdirectories, /var/log or /etc/ssh, are fine).
+SYSTEM_DIRS = ("/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/sbin", "/usr", "/var")
+# A path written into an exports line, a kernel command line or a dnsmasq file.
+PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_.@+/-]*$")
 
 
 def fmt(value):
@@ -26,10 +32,23 @@ class Errors:
 
     def __init__(self):
         self.items = []
+        self._seen = set()
+        self.entries = []
 
     def add(self, where, field, value, problem):
+        """One problem; a second one about the same host, field and value (a shape
+        refusal, then the layer's own check of that value) is left out."""
+        key = (where, field, fmt(value))
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.entries.append((where, field, fmt(value), problem))
         field = f"{field} " if field else ""
         self.items.append(f"{where}: {field}{fmt(value)} {problem}")
+
+    def seen(self, where, field, value):
+        """Take a problem about ``where``'s ``field`` ``value`` as reported."""
+        self._seen.add((where, field, fmt(value)))
 
     def plain(self, message):
         self.items.append(message)
@@ -66,3 +85,22 @@ def network(value):
 
 def is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_plain_path(where, field, path, err):
+    """An absolute, normalised path of plain characters (no white space, comma,
+    newline, quote or #: it is written into exports lines, kernel command lines or
+    dnsmasq files as it is).  Returns it, or None (reported)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        err.add(where, field, path, "is not an absolute path")
+        return None
+    if not PLAIN_PATH_RE.fullmatch(path):
+        err.add(where, field, path,
+                "contains a character an exports line, kernel command line or dnsmasq "
+                "file cannot hold (white space, comma, quote, #); use letters, digits "
+                "and _ . @ + - /")
+        return None
+    if posixpath.normpath(path) != (path.rstrip("/") or "/") or "//" in path:
+        err.add(where, field, path, "is not a normalised path (no //, . or ..)")
+        return None
+    return path

@@ -50,10 +50,20 @@ def _check_bmc_sensors(base, prof, count, err):
 
 
 def _check_fan_zones(base, prof, count, err):
-    cooled = {}
-    for z, zone in enumerate(as_list(prof.get("fan_zones"))):
+    """Every GPU in one zone at most and, when the profile has fan zones, in one at
+    least (an uncooled GPU would run on the BMC's own curve); one zone per fan."""
+    cooled, fans = {}, {}
+    zones = as_list(prof.get("fan_zones"))
+    for z, zone in enumerate(zones):
         zone = as_dict(zone)
         zname = zone.get("name", z)
+        fan_id = zone.get("fan_id")
+        if fan_id is not None and fan_id in fans:
+            err.add("cluster", f"{base}.fan_zones[{z}].fan_id", fan_id,
+                    f"is already the fan of zone {fans[fan_id]}: two zones would fight "
+                    "over one fan")
+        elif fan_id is not None:
+            fans[fan_id] = zname
         for g in as_list(zone.get("gpus")):
             if not is_int(g) or not 0 <= g < count:
                 err.add("cluster", f"{base}.fan_zones[{z}].gpus", g,
@@ -65,6 +75,11 @@ def _check_fan_zones(base, prof, count, err):
                         f"is already cooled by zone {cooled[g]}")
             else:
                 cooled[g] = zname
+    uncooled = [g for g in range(count) if g not in cooled]
+    if zones and uncooled:
+        err.add("cluster", f"{base}.fan_zones", ", ".join(map(str, uncooled)),
+                f"{'is a GPU' if len(uncooled) == 1 else 'are GPUs'} in no fan zone: "
+                "list every GPU of the profile in the zone whose fan cools it")
 
 
 def _check_boot(base, prof, err):
@@ -73,6 +88,12 @@ def _check_boot(base, prof, err):
     if not isinstance(cmdline, list) or not all(isinstance(x, str) for x in cmdline):
         err.add("cluster", f"{base}.kernel_cmdline", cmdline, "must be a list of strings")
         cmdline = []
+    for arg in cmdline:
+        if not arg or re.search(r"[\s\"']", arg):
+            err.add("cluster", f"{base}.kernel_cmdline", arg,
+                    "is not one kernel argument (no white space or quotes: one list "
+                    "entry per argument)")
+    cmdline = [a for a in cmdline if a and not re.search(r"[\s\"']", a)]
     # Modules a diskless node of this hardware never needs (a floppy or an IDE
     # controller it does not have, the PC speaker, virtualisation): on the kernel
     # command line, so that neither the initramfs nor udev's coldplug loads them

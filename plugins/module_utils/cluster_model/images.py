@@ -12,7 +12,7 @@ import re
 from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan
 
 from . import storage
-from .common import DATASET_PART_RE, TABLE_FIELD_RE, as_dict
+from .common import DATASET_PART_RE, SYSTEM_DIRS, TABLE_FIELD_RE, as_dict
 
 WRITABLE_KINDS = ("persistent", "tmpfs", "overlay")
 FAILURE_POLICIES = ("stop", "tmpfs")
@@ -103,6 +103,12 @@ def _check_writable_path(where, entry, seen, err):
     if kind not in WRITABLE_KINDS:
         err.add("cluster", f"{where}.kind", kind,
                 f"is not a writable path kind ({', '.join(WRITABLE_KINDS)})")
+        return None
+    if norm in SYSTEM_DIRS:
+        err.add("cluster", f"{where}.path", path,
+                f"is a directory the node needs from its image as a whole: a {kind} mount "
+                "over it hides the system; make a subdirectory writable instead "
+                "(e.g. /var/log, /etc/ssh)")
         return None
     if norm in seen:
         err.add("cluster", f"{where}.path", path,

@@ -5,9 +5,13 @@ used twice, and the ``/etc/hosts`` entries."""
 
 from __future__ import annotations
 
+import re
+
 from .common import as_dict, ip, is_int, network, norm_mac
 
 NETWORK_ROLES = ("mgmt", "data", "bmc")
+# what the kernel takes as an interface name (no /, no white space, 15 bytes)
+DEVICE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 NETWORK_TITLES = {"mgmt": "management", "data": "data", "bmc": "BMC"}
 
 
@@ -56,6 +60,13 @@ def check_networks(cluster, err):
         err.add("cluster", "cluster_networks.data.subnet", b["subnet"],
                 f"overlaps the management subnet {a['subnet']}: root NFS and science "
                 "data must be on separate networks")
+    bmc = nets.get("bmc")
+    for role in ("mgmt", "data"):
+        other = nets.get(role)
+        if bmc and other and bmc["_net"].overlaps(other["_net"]):
+            err.add("cluster", "cluster_networks.bmc.subnet", bmc["subnet"],
+                    f"overlaps the {NETWORK_TITLES[role]} subnet {other['subnet']}: the "
+                    "BMCs must be on their own network")
     return nets
 
 
@@ -89,10 +100,22 @@ def check_iface(where, field, iface, role, nets, err, need_mac=True):
         nmac = norm_mac(mac)
         if nmac is None:
             err.add(where, f"{field}.mac", mac, "is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        elif nmac == "00:00:00:00:00:00":
+            err.add(where, f"{field}.mac", mac, "is the all-zero MAC address, no NIC's")
+            nmac = None
+        elif int(nmac[:2], 16) & 1:
+            err.add(where, f"{field}.mac", mac,
+                    "is a multicast (group) MAC address, no NIC's (the first octet is odd)")
+            nmac = None
         out["mac"] = nmac
     addr = check_address(where, f"{field}.ip", iface.get("ip"), role, nets, err)
     out["ip"] = str(addr) if addr is not None else None
-    out["device"] = iface.get("device")
+    device = iface.get("device")
+    if device is not None and (not isinstance(device, str) or not DEVICE_RE.fullmatch(device)):
+        err.add(where, f"{field}.device", device,
+                "is not a network interface name (up to 15 letters, digits, _ . -)")
+        device = None
+    out["device"] = device
     return out
 
 

@@ -37,6 +37,9 @@ def check_head(head_in, nets, err):
     if not head_name:
         err.plain("cluster: the group storage_head must hold exactly one host")
         return head
+    if not NAME_RE.match(str(head_name)):
+        err.add(head_name, "inventory_hostname", head_name,
+                "is not a valid host name (lower-case letters, digits, -)")
     ifaces = as_dict(as_dict(head_in.get("vars")).get("head_interfaces"))
     for role in ("mgmt", "data"):
         if role not in ifaces:
@@ -56,7 +59,11 @@ def check_bmc(name, bmc, nets, secret, err):
     port = bmc.get("port", BMC_PORT)
     if not isinstance(port, int) or not 1 <= port <= 65535:
         err.add(name, "node_bmc.port", port, "is not a UDP port")
-    if secret is not None and secret not in SECRET_VERDICTS:
+    if secret == "env-default":
+        err.add(name, "node_bmc.password", "<hidden>",
+                "has a plain-text default= in its environment lookup: that default is the "
+                "password whenever the variable is unset; leave it out or make it ''")
+    elif secret is not None and secret not in SECRET_VERDICTS:
         err.add(name, "node_bmc.password", "<hidden>",
                 "is given in plain text: use an Ansible Vault value or "
                 "\"{{ lookup('ansible.builtin.env', 'VAR') }}\"")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .common import DATASET_PART_RE, TABLE_FIELD_RE, as_dict, as_list, is_int
+from .common import DATASET_PART_RE, SYSTEM_DIRS, as_dict, as_list, check_plain_path, is_int
 
 VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
 POOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
@@ -55,10 +55,21 @@ def check_pool(cluster, err):
             continue
         for i, vdev in enumerate(vdevs):
             _check_vdev(f"cluster_pool.{gname}[{i}]", gname, as_dict(vdev), seen, err)
+    mountpoint = raw.get("mountpoint", f"/{name}")
+    if "mountpoint" in raw and \
+            check_plain_path("cluster", "cluster_pool.mountpoint", mountpoint, err) == "/":
+        err.add("cluster", "cluster_pool.mountpoint", mountpoint,
+                "is / (the pool would be mounted over the head's root)")
+    for group in ("properties", "filesystem_properties"):
+        for prop in as_dict(raw.get(group)):
+            if str(prop).startswith("share"):
+                err.add("cluster", f"cluster_pool.{group}", prop,
+                        "is refused: exports are written by the nfs_exports role from the "
+                        "model (a share property would export beside them)")
     return {"name": name, "ashift": ashift,
             "properties": as_dict(raw.get("properties")),
             "filesystem_properties": as_dict(raw.get("filesystem_properties")),
-            "mountpoint": raw.get("mountpoint", f"/{name}")}
+            "mountpoint": mountpoint}
 
 
 def _check_vdev(where, gname, vdev, seen, err):
@@ -81,6 +92,10 @@ def _check_vdev(where, gname, vdev, seen, err):
             return
         _check_draid(where, vdev, len(disks), err)
     elif vtype == "raidz":
+        if gname == "log":
+            err.add("cluster", f"{where}.type", vtype,
+                    "cannot be a log vdev (ZFS takes a mirror or a single disk as log)")
+            return
         parity = vdev.get("parity", 1)
         if parity not in (1, 2, 3):
             err.add("cluster", f"{where}.parity", parity, "must be 1, 2 or 3")
@@ -138,11 +153,18 @@ def check_data_datasets(cluster, err):
             err.add("cluster", f"cluster_data_datasets[{i}].name", name, "is repeated")
             continue
         mount = ds.get("mount", f"/data/{name}")
-        if not isinstance(mount, str) or not mount.startswith("/") or \
-                not TABLE_FIELD_RE.match(mount):
-            err.add("cluster", f"cluster_data_datasets[{i}].mount", mount,
-                    "is not an absolute path without white space")
+        if check_plain_path("cluster", f"cluster_data_datasets[{i}].mount", mount,
+                            err) is None:
             continue
+        if mount.rstrip("/") in ("", *SYSTEM_DIRS):
+            err.add("cluster", f"cluster_data_datasets[{i}].mount", mount,
+                    "would hide a directory the node needs from its image")
+            continue
+        for prop in as_dict(ds.get("properties")):
+            if str(prop).startswith("share"):
+                err.add("cluster", f"cluster_data_datasets[{i}].properties", prop,
+                        "is refused: exports are written by the nfs_exports role from the "
+                        "model (a share property would export beside them)")
         seen.add(name)
         out.append({"name": name, "properties": as_dict(ds.get("properties")),
                     "mount": mount})

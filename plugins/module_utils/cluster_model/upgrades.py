@@ -33,7 +33,21 @@ def check_image_state(data, images, nodes, err):
         return None
     for path, value, problem in upgrade_plan.state_problems(ctx):
         err.add(where, field(path), value, problem)
+    _check_pins(ctx, where if source else "cluster_image_state", err)
     return ctx
+
+
+def _check_pins(ctx, source, err):
+    """A pin must name a version the state records for the node's image (when the
+    state records that image at all: before the first build, the versions nodes
+    boot are built from the inventory)."""
+    for node, pin in sorted(ctx["pins"].items()):
+        image = ctx["nodes"].get(node)
+        known = ctx["state"]["images"].get(image, {}).get("versions")
+        if known and pin not in known:
+            err.add(node, "node_image_version", pin,
+                    f"is not a recorded version of {image} in the image state {source} "
+                    f"({', '.join(sorted(known))}): a pin names a version that was built")
 
 
 def settle_versions(ctx, images, nodes):
