@@ -836,3 +836,26 @@ def test_a_pin_the_image_state_does_not_record_is_refused(tmp_path):
     assert r.rc != 0
     assert ("node02: node_image_version v3 is not a recorded version of bookworm in the image "
             "state cluster_image_state (v1, v2)") in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize("where", ["hosts.yml", "group_vars/all/cluster.yml"])
+def test_a_key_written_twice_in_inventory_yaml_is_an_error(tmp_path, where):
+    # Ansible's default warns and keeps the last one: a host written twice in
+    # hosts.yml would silently lose its first definition (ansible.cfg makes it an error)
+    d = _write(_load_lab(), tmp_path)
+    path = d / where
+    text = path.read_text()
+    if where == "hosts.yml":
+        first = text.index("        node01:")
+        block_end = text.index("        node02:")
+        text = text[:block_end] + text[first:block_end] + text[block_end:]
+        key = "node01"
+    else:
+        text += "cluster_domain: typo.example\n"
+        key = "cluster_domain"
+    assert text.count(f"{key}:") >= 2
+    path.write_text(text)
+    r, out = _run(d, tmp_path)
+    assert r.rc != 0, out[-3000:]
+    assert "found a duplicate dict key" in out.lower() or "duplicate" in out.lower(), out[-3000:]
+    assert key in out, out[-3000:]
