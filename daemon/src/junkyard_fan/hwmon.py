@@ -131,19 +131,20 @@ def assign(gpus: list[AmdGpu], count: int, pci_addresses: tuple[str, ...]
     return dict(enumerate(gpus)), problems
 
 
-def read_temp_c(path: Path) -> float | None:
-    """A temp*_input file in degrees Celsius (it holds millidegrees)."""
+def _read_scaled(path: Path, per_unit: int) -> float | None:
+    """An integer sysfs file divided by ``per_unit``; None when absent or not a number."""
     text = _text(path)
     try:
-        return int(text) / 1000.0 if text is not None else None
+        return int(text) / per_unit if text is not None else None
     except ValueError:
         return None
+
+
+def read_temp_c(path: Path) -> float | None:
+    """A temp*_input file in degrees Celsius (it holds millidegrees)."""
+    return _read_scaled(path, 1000)
 
 
 def read_power_w(path: Path) -> float | None:
     """A power1_* file in watts (it holds microwatts)."""
-    text = _text(path)
-    try:
-        return int(text) / 1_000_000.0 if text is not None else None
-    except ValueError:
-        return None
+    return _read_scaled(path, 1_000_000)
