@@ -132,6 +132,11 @@ def test_rollout_power_cycles_verifies_and_promotes(cluster, tmp_path):
     assert final["images"]["bookworm"]["previous"] == "v1"
     assert final["nodes"] == {}
     assert "bookworm: current version is now v2; moved and verified: node01, node02" in out
+    # the one writer keeps the state it replaced: both nodes moved, v1 still current
+    before = yaml.safe_load(state.with_name(state.name + ".prev").read_text())
+    assert before["nodes"] == {"node01": "v2", "node02": "v2"}
+    assert before["images"]["bookworm"]["current"] == "v1"
+    assert "image-state.yml.prev" in state.read_text().splitlines()[2]
 
 
 def test_a_failed_canary_stops_the_rollout(cluster):
@@ -146,6 +151,7 @@ def test_a_failed_canary_stops_the_rollout(cluster):
     assert final["images"]["bookworm"]["current"] == "v1"
     assert final["nodes"] == {"node01": "v2"}
     assert "current version is now" not in out
+    assert yaml.safe_load(state.with_name(state.name + ".prev").read_text()) == STATE
 
 
 def test_a_rerun_verifies_the_stopped_canary_again_before_moving_on(cluster):
