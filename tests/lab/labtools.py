@@ -127,6 +127,16 @@ class LabHandle:
         return bmc.bmc_dir(self.cfg, node)
 
 
+def mount_on(lab, node: str, source: str, then: str) -> subprocess.CompletedProcess:
+    """Mount the NFS export source on node at a scratch point, run then, unmount; the
+    result of it all (soft mount: a refusal is an error, never a hang)."""
+    cmd = (f"set -e; d=$(mktemp -d); "
+           f"trap 'cd /; umount $d 2>/dev/null || true; rmdir $d' EXIT; "
+           f"mount -t nfs -o vers=3,tcp,nolock,soft,timeo=50,retrans=1 {source} $d; "
+           f"cd $d; {then}")
+    return lab.node_ssh(node, cmd)
+
+
 def recap(output: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP of an ansible-playbook run: host -> {ok, changed, failed, ...}."""
     out = {}

@@ -7,12 +7,13 @@ ones site.yml made from inventories/lab, and the nodes are up to mount them.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
 import yaml
 from ansible_collections.junkyard.cluster.plugins.module_utils import draid
-from labtools import REPO, lab_cli
+from labtools import REPO, lab_cli, mount_on
 
 pytestmark = pytest.mark.lab
 
@@ -55,15 +56,6 @@ def test_datasets_follow_the_model(lab, site):
     assert "tank/images/bookworm/v1@v1" in snaps.split(), snaps
 
 
-def mount_on(lab, node: str, source: str, then: str) -> object:
-    """Mount source on node at a scratch point, run then, unmount; the result of it all."""
-    cmd = (f"set -e; d=$(mktemp -d); "
-           f"trap 'cd /; umount $d 2>/dev/null || true; rmdir $d' EXIT; "
-           f"mount -t nfs -o vers=3,tcp,nolock,soft,timeo=50,retrans=1 {source} $d; "
-           f"cd $d; {then}")
-    return lab.node_ssh(node, cmd)
-
-
 def test_a_node_mounts_its_own_dataset_read_write(lab, site):
     res = mount_on(lab, "node01", "10.77.0.1:/tank/nodes/node01/var-log",
                    "echo ok > rw-probe && cat rw-probe && rm rw-probe")
@@ -96,13 +88,34 @@ def test_science_data_is_served_on_the_data_network_only(lab, site):
     assert "access denied" in res.stderr.lower(), res.stderr
 
 
+def exported(lab) -> dict[str, dict[str, list[str]]]:
+    """The NFS server's live export table: path -> client -> options (exportfs -v)."""
+    flat = " ".join(head(lab, "exportfs -v").split())
+    table: dict[str, dict[str, list[str]]] = {}
+    for path, client, options in re.findall(r"(/\S+) ([^\s(]+)\(([^)]*)\)", flat):
+        table.setdefault(path, {})[client] = options.split(",")
+    return table
+
+
 def test_exports_are_least_privilege(lab, site):
-    out = head(lab, "exportfs -v")
-    flat = " ".join(out.split())
-    assert "/tank/images/bookworm/v1 10.77.0.0/24(" in flat and "ro," in flat, out
-    assert "/tank/nodes/node01/var-log 10.77.0.11(" in flat, out
-    assert "/tank/data/scratch 10.78.0.0/24(" in flat, out
-    assert "10.78.0.0/24" not in flat.split("/tank/data/scratch", maxsplit=1)[0], out
+    table = exported(lab)
+    image = table["/tank/images/bookworm/v1"]
+    # the head and the nodes that boot the version; nobody else on either subnet
+    assert sorted(image) == ["10.77.0.1", "10.77.0.11", "10.77.0.12"], table
+    assert all("ro" in o and "no_root_squash" in o for o in image.values()), image
+    assert list(table["/tank/nodes/node01/var-log"]) == ["10.77.0.11"], table
+    assert sorted(table["/tank/data/scratch"]) == ["10.78.0.11", "10.78.0.12"], table
+    assert all("root_squash" in o for o in table["/tank/data/scratch"].values()), table
+    # mp: a dataset that is not mounted is not exported as the directory beneath it
+    for path, clients in table.items():
+        for client, options in clients.items():
+            assert "mountpoint" in options or "mp" in options, (path, client, options)
+
+
+def test_the_data_network_cannot_mount_a_root_image(lab, site):
+    res = mount_on(lab, "node01", "10.78.0.1:/tank/images/bookworm/v1", "ls")
+    assert res.returncode != 0, "an image version must not be exported to the data network"
+    assert "access denied" in res.stderr.lower(), res.stderr
 
 
 SPARE = "/dev/disk/by-id/virtio-jydisk15"

@@ -13,8 +13,9 @@ kernel without the in-tree driver.
 
 One sequence, each step checked on the head and on the nodes themselves:
 1. upgrade to v2 with the failing site check: v2 is a clone of v1, the canary (node01) boots
-   it and fails its verify, node02 is never touched and stays on v1, nothing is promoted, and
-   prune_images.yml refuses to prune v2 (a node boots it);
+   it and fails its verify, node02 is never touched and stays on v1, nothing is promoted,
+   neither node can mount the version the other boots, and prune_images.yml refuses to prune
+   v2 (a node boots it);
 2. the same upgrade without the failing check (the operator's "fix it and run it again"):
    the canary is verified again in place (not rebooted), node02 moves, v2 is promoted;
 3. rollback.yml with both nodes in one wave: both boot v1 again, v1 is current, v2 is kept;
@@ -28,7 +29,7 @@ import time
 
 import pytest
 import yaml
-from labtools import lab_cli
+from labtools import lab_cli, mount_on
 
 pytestmark = pytest.mark.lab
 
@@ -116,6 +117,14 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     assert st["images"]["bookworm"]["current"] == "v1", st
     assert st["images"]["bookworm"]["versions"]["v2"] == {"origin": "v1"}, st
     assert st["nodes"] == {"node01": "v2"}, st
+    # the state's one writer kept the state before the canary moved (v2 recorded)
+    prev = yaml.safe_load(lab.ssh(f"cat {STATE}.prev").stdout)
+    assert prev["nodes"] == {} and "v2" in prev["images"]["bookworm"]["versions"], prev
+    # each version is exported to the nodes that boot it only (issue 21)
+    for node, other in (("node01", "v1"), ("node02", "v2")):
+        res = mount_on(lab, node, f"10.77.0.1:/{IMAGES}/{other}", "ls")
+        assert res.returncode != 0, f"{node} mounted {other}, which it does not boot"
+        assert "access denied" in res.stderr.lower(), (node, res.stderr)
     # a version a node boots is never pruned
     res, _unused = run(lab_log, "playbooks/prune_images.yml", {"versions": ["v2"]})
     assert res.returncode != 0 and "nothing was pruned" in res.stdout, res.stdout[-4000:]

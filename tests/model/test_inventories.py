@@ -823,7 +823,7 @@ def test_vaulted_password_is_accepted_and_model_derived(tmp_path):
                                       "name": "node02"}
     assert {"path": "/tank/nodes/node02/var-log",
             "clients": [{"host": "10.77.0.12",
-                         "options": "rw,no_root_squash,no_subtree_check"}]} in model["exports"]
+                         "options": "rw,no_root_squash,no_subtree_check,mp"}]} in model["exports"]
     assert "tank/nodes/node01/var-lib-rasdaemon" in [d["name"] for d in model["datasets"]]
 
 

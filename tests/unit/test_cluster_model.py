@@ -49,11 +49,13 @@ def test_lab_model_derives_boot_entries_and_least_privilege_exports():
                                  "source": "10.77.0.1:/tank/nodes/node02/var-log"}
     exports = {e["path"]: e["clients"] for e in model["exports"]}
     assert exports["/tank/images/bookworm/v1"] == [
-        {"host": "10.77.0.0/24", "options": "ro,no_root_squash,no_subtree_check"}]
+        {"host": ip, "options": "ro,no_root_squash,no_subtree_check,mp"}
+        for ip in ("10.77.0.1", "10.77.0.11", "10.77.0.12")]
     assert exports["/tank/nodes/node02/var-log"] == [
-        {"host": "10.77.0.12", "options": "rw,no_root_squash,no_subtree_check"}]
+        {"host": "10.77.0.12", "options": "rw,no_root_squash,no_subtree_check,mp"}]
     assert exports["/tank/data/scratch"] == [
-        {"host": "10.78.0.0/24", "options": "rw,root_squash,no_subtree_check"}]
+        {"host": ip, "options": "rw,root_squash,no_subtree_check,mp"}
+        for ip in ("10.78.0.11", "10.78.0.12")]
     names = {d["name"]: d["properties"] for d in model["datasets"]}
     assert names["tank/images"]["acltype"] == "off"
     assert "tank/images/bookworm/v1" in names

@@ -106,10 +106,13 @@ def test_storage_layout_names_and_data_layer():
         "tank/images", "tank/nodes", "tank/data"]
     ds, ex, mounts = storage.data_layer("tank", "/tank", [
         {"name": "scratch", "properties": {"recordsize": "1M"}, "mount": "/scratch"}],
-        {"subnet": "10.30.0.0/24"}, "10.30.0.1")
+        ["10.30.0.11", "10.30.0.12"], "10.30.0.1")
     assert ds == [{"name": "tank/data/scratch", "properties": {"recordsize": "1M"}}]
+    # each node's data address, nobody else on the data subnet; mp: never the
+    # directory beneath an unmounted dataset
     assert ex == [{"path": "/tank/data/scratch", "clients": [
-        {"host": "10.30.0.0/24", "options": "rw,root_squash,no_subtree_check"}]}]
+        {"host": "10.30.0.11", "options": "rw,root_squash,no_subtree_check,mp"},
+        {"host": "10.30.0.12", "options": "rw,root_squash,no_subtree_check,mp"}]}]
     assert mounts == [{"name": "scratch", "path": "/scratch",
                        "source": "10.30.0.1:/tank/data/scratch"}]
 
@@ -162,16 +165,27 @@ def test_writable_sizes_are_kept_and_nfs_version_follows_persistent_paths():
 
 def test_image_layer_exports_every_booted_version_and_declares_only_the_current():
     imgs = {"deb": {"name": "deb", "suite": "bookworm", "current_version": "v1"}}
-    node_list = [{"name": "n1", "image": "deb", "image_version": "v2"},
-                 {"name": "n2", "image": "deb", "image_version": "v1"}]
+    node_list = [{"name": "n1", "image": "deb", "image_version": "v2",
+                  "mgmt": {"ip": "10.20.0.11"}},
+                 {"name": "n2", "image": "deb", "image_version": "v1",
+                  "mgmt": {"ip": "10.20.0.12"}},
+                 {"name": "n3", "image": "deb", "image_version": "v1",
+                  "mgmt": {"ip": "10.20.0.13"}}]
 
     def names(i, v):
         return images.version_names("tank", "/tank", "/srv/tftp", i, v)
 
-    ds, ex, builds = images.image_layer(names, imgs, node_list, {"subnet": "10.20.0.0/24"})
+    ds, ex, builds = images.image_layer(names, imgs, node_list, "10.20.0.1")
     assert [d["name"] for d in ds] == ["tank/images/deb", "tank/images/deb/v1"]
-    assert [e["path"] for e in ex] == ["/tank/images/deb/v1", "/tank/images/deb/v2"]
-    assert [(b["version"], b["nodes"]) for b in builds] == [("v1", ["n2"]), ("v2", ["n1"])]
+    # each version to the head and the nodes that boot it, nobody else
+    opts = "ro,no_root_squash,no_subtree_check,mp"
+    assert ex == [
+        {"path": "/tank/images/deb/v1", "clients": [
+            {"host": "10.20.0.1", "options": opts}, {"host": "10.20.0.12", "options": opts},
+            {"host": "10.20.0.13", "options": opts}]},
+        {"path": "/tank/images/deb/v2", "clients": [
+            {"host": "10.20.0.1", "options": opts}, {"host": "10.20.0.11", "options": opts}]}]
+    assert [(b["version"], b["nodes"]) for b in builds] == [("v1", ["n2", "n3"]), ("v2", ["n1"])]
 
 
 # --- hardware ---------------------------------------------------------------------------
@@ -217,7 +231,7 @@ def test_node_layer_gives_each_persistent_path_a_dataset_exported_to_that_node_o
     assert ds == [{"name": "tank/nodes/n1", "properties": {"canmount": "off"}},
                   {"name": "tank/nodes/n1/var-log", "properties": {}}]
     assert ex[0]["clients"] == [{"host": "10.20.0.5",
-                                 "options": "rw,no_root_squash,no_subtree_check"}]
+                                 "options": "rw,no_root_squash,no_subtree_check,mp"}]
     assert mounts == [
         {"path": "/var/log", "kind": "persistent", "source": "10.20.0.1:/tank/nodes/n1/var-log"},
         {"path": "/tmp", "kind": "tmpfs", "source": ""}]

@@ -127,7 +127,7 @@ def _derive(checked):
 
     datasets = storage.top_datasets(layout["pool"])
     img_datasets, exports, builds = images.image_layer(
-        names, imgs, checked["nodes"], checked["nets"]["mgmt"])
+        names, imgs, checked["nodes"], head["mgmt"]["ip"])
     datasets += img_datasets
     out_nodes = []
     for n in checked["nodes"]:
@@ -136,8 +136,8 @@ def _derive(checked):
         datasets += node_datasets
         exports += node_exports
     data_datasets, data_exports, data_mounts = storage.data_layer(
-        layout["pool"], layout["export_root"], checked["data_sets"], checked["nets"]["data"],
-        head["data"]["ip"])
+        layout["pool"], layout["export_root"], checked["data_sets"],
+        [n["data"]["ip"] for n in checked["nodes"]], head["data"]["ip"])
     datasets += data_datasets
     exports += data_exports
     for name, img in imgs.items():

@@ -170,14 +170,21 @@ def booted_versions(images, nodes):
                   | {(i, images[i]["current_version"]) for i in images})
 
 
-def image_layer(names, images, nodes, mgmt_net):
+# Image versions are read-only roots: root is not squashed (a root file system
+# is root's), and `mp` exports nothing when the dataset is not mounted (never
+# the empty directory beneath it).
+IMAGE_EXPORT_OPTIONS = "ro,no_root_squash,no_subtree_check,mp"
+
+
+def image_layer(names, images, nodes, head_ip):
     """(datasets, exports, builds) of the images; ``names(image, version)`` is
     :func:`version_names` bound to the pool's layout.
 
     Only the current version's dataset is declared (where a first build goes);
     later versions are clones made by the upgrade, never created empty here.  Every
-    version a node boots (and each current one) is exported read-only to the
-    management subnet."""
+    version a node boots (and each current one) is exported read-only to the head's
+    management address and to the management address of each node that boots it,
+    nobody else: a node cannot mount another version, the data network no root."""
     datasets, exports, builds = [], [], []
     for image in sorted(images):
         current = names(image, images[image]["current_version"])
@@ -186,10 +193,10 @@ def image_layer(names, images, nodes, mgmt_net):
         datasets.append({"name": current["dataset"], "properties": {}})
     for image, version in booted_versions(images, nodes):
         v = names(image, version)
+        booting = [n for n in nodes if (n["image"], n["image_version"]) == (image, version)]
         exports.append({"path": v["path"],
-                        "clients": [{"host": mgmt_net["subnet"],
-                                     "options": "ro,no_root_squash,no_subtree_check"}]})
+                        "clients": [{"host": ip, "options": IMAGE_EXPORT_OPTIONS}
+                                    for ip in [head_ip] + [n["mgmt"]["ip"] for n in booting]]})
         builds.append({**v, "suite": images[image]["suite"],
-                       "nodes": sorted(n["name"] for n in nodes
-                                       if (n["image"], n["image_version"]) == (image, version))})
+                       "nodes": sorted(n["name"] for n in booting)})
     return datasets, exports, builds

@@ -124,7 +124,8 @@ def node_storage(pool, node):
 
 def node_layer(pool, export_root, head_ip, node, writable):
     """(dataset names, datasets, exports, mounts) of ``node``'s writable paths: one
-    dataset per persistent path, read-write to that node's management address only;
+    dataset per persistent path, read-write to that node's management address only
+    (``mp``: never the directory beneath an unmounted dataset);
     tmpfs and overlay paths after them, in their order."""
     names, exports, mounts = [], [], []
     for w in writable:
@@ -134,7 +135,7 @@ def node_layer(pool, export_root, head_ip, node, writable):
         path = storage.export_path(export_root, storage.NODES, node["name"], w["name"])
         exports.append({"path": path,
                         "clients": [{"host": node["mgmt"]["ip"],
-                                     "options": "rw,no_root_squash,no_subtree_check"}]})
+                                     "options": "rw,no_root_squash,no_subtree_check,mp"}]})
         mounts.append({"path": w["path"], "kind": "persistent", "source": f"{head_ip}:{path}"})
     mounts += [{"path": w["path"], "kind": w["kind"], "source": ""}
                for w in writable if w["kind"] != "persistent"]

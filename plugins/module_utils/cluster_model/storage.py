@@ -183,17 +183,19 @@ def top_datasets(pool):
     ]
 
 
-def data_layer(pool, export_root, data_sets, data_net, head_data_ip):
-    """(datasets, exports, mounts) of the science data: read-write to the data
-    subnet with root squashed, mounted on every node from the head's data address."""
+def data_layer(pool, export_root, data_sets, node_data_ips, head_data_ip):
+    """(datasets, exports, mounts) of the science data: read-write with root
+    squashed to each node's data address (nobody else on the data subnet), ``mp``
+    (never the directory beneath an unmounted dataset), mounted on every node from
+    the head's data address."""
     datasets, exports, mounts = [], [], []
     for ds in data_sets:
         path = export_path(export_root, DATA, ds["name"])
         datasets.append({"name": dataset(pool, DATA, ds["name"]),
                          "properties": {**ds["properties"]}})
         exports.append({"path": path,
-                        "clients": [{"host": data_net["subnet"],
-                                     "options": "rw,root_squash,no_subtree_check"}]})
+                        "clients": [{"host": ip, "options": "rw,root_squash,no_subtree_check,mp"}
+                                    for ip in node_data_ips]})
         mounts.append({"name": ds["name"], "path": ds["mount"],
                        "source": f"{head_data_ip}:{path}"})
     return datasets, exports, mounts
