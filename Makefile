@@ -16,7 +16,7 @@ APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
 	podman runc debootstrap \
 	qemu-system-x86 qemu-utils ipxe-qemu ovmf \
 	openipmi ipmitool freeipmi-tools libopenipmi-dev \
-	iproute2 bridge-utils stress-ng \
+	iproute2 bridge-utils stress-ng kmod binutils \
 	prometheus \
 	$(shell sed 's/#.*//' lab/host-packages.txt)
 

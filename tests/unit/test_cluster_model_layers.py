@@ -163,6 +163,18 @@ def test_writable_sizes_are_kept_and_nfs_version_follows_persistent_paths():
         "(/var/log): the initramfs mounts them with klibc nfsmount, which speaks NFSv2/v3 only"]
 
 
+def test_an_image_needs_the_firmware_of_its_nodes_gpus():
+    profiles = {"z20": {"gpu_count": 8, "gfx_target": "gfx908"},
+                "z45": {"gpu_count": 8, "gfx_target": "gfx908"},
+                "mi210": {"gpu_count": 4, "gfx_target": "gfx90a"},
+                "cpu": {"gpu_count": 0, "gfx_target": None}}
+    node_list = [{"image": "rocm", "profile": "z20"}, {"image": "rocm", "profile": "z45"},
+                 {"image": "rocm", "profile": "mi210"}, {"image": "rocm", "profile": "cpu"},
+                 {"image": "plain", "profile": "cpu"}]
+    assert images.gfx_targets("rocm", node_list, profiles) == ["gfx908", "gfx90a"]
+    assert images.gfx_targets("plain", node_list, profiles) == []
+
+
 def test_image_layer_exports_every_booted_version_and_declares_only_the_current():
     imgs = {"deb": {"name": "deb", "suite": "bookworm", "current_version": "v1"}}
     node_list = [{"name": "n1", "image": "deb", "image_version": "v2",

@@ -142,6 +142,7 @@ def _derive(checked):
     exports += data_exports
     for name, img in imgs.items():
         img["dataset"] = images.image_dataset(layout["pool"], name)
+        img["gfx_targets"] = images.gfx_targets(name, checked["nodes"], checked["profiles"])
     return {
         "name": checked["cluster"].get("name", "junkyard"),
         "domain": domain,

@@ -176,6 +176,13 @@ def booted_versions(images, nodes):
 IMAGE_EXPORT_OPTIONS = "ro,no_root_squash,no_subtree_check,mp"
 
 
+def gfx_targets(image, nodes, profiles):
+    """The gfx targets of the GPUs of the nodes that boot ``image`` (any version):
+    the firmware its versions must carry."""
+    return sorted({profiles[n["profile"]]["gfx_target"] for n in nodes
+                   if n["image"] == image and profiles[n["profile"]]["gpu_count"]})
+
+
 def image_layer(names, images, nodes, head_ip):
     """(datasets, exports, builds) of the images; ``names(image, version)`` is
     :func:`version_names` bound to the pool's layout.
