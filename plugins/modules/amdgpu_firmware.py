@@ -14,8 +14,8 @@ description:
     node never loads.  Each must be under O(firmware_dir), plain or compressed as the kernel's
     loader accepts (C(.xz), C(.zst)).
   - Where that kernel's initramfs (C(/boot/initrd.img-<kernel>)) carries amdgpu, the files
-    must be in the initramfs too (C(lsinitramfs)): the driver loads there, before the root
-    file system with C(/lib/firmware) is mounted.
+    must be in the initramfs too (C(lsinitramfs)), since the driver loads there, before the
+    root file system with C(/lib/firmware) is mounted.
   - Fails naming the kernel, the gfx target and every missing file.  A kernel without amdgpu
     is reported in RV(kernels_without_amdgpu), not refused (the rocm role's verify refuses a
     node that boots one).

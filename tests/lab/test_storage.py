@@ -69,10 +69,21 @@ def test_a_node_mounts_the_image_read_only(lab, site):
     assert "Read-only file system" in res.stderr, res.stderr
 
 
-def test_a_node_is_refused_another_nodes_dataset(lab, site):
-    res = mount_on(lab, "node01", "10.77.0.1:/tank/nodes/node02/var-log", "ls")
+@pytest.mark.parametrize("path", ["var-log", "ssh-host-keys"])
+def test_a_node_is_refused_another_nodes_dataset(lab, site, path):
+    res = mount_on(lab, "node01", f"10.77.0.1:/tank/nodes/node02/{path}", "ls")
     assert res.returncode != 0
     assert "access denied" in res.stderr.lower(), res.stderr
+
+
+def test_a_node_reads_its_own_host_key_from_its_own_dataset(lab, site):
+    res = lab.node_ssh("node01", "findmnt -n -o SOURCE /var/lib/ssh-host-keys; "
+                                 "stat -c '%a %U' /var/lib/ssh-host-keys/ssh_host_ed25519_key; "
+                                 "sshd -T | grep -i '^hostkey '")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split("\n")[:3] == [
+        "10.77.0.1:/tank/nodes/node01/ssh-host-keys", "600 root",
+        "hostkey /var/lib/ssh-host-keys/ssh_host_ed25519_key"], res.stdout
 
 
 def test_science_data_is_served_on_the_data_network_only(lab, site):

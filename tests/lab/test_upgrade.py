@@ -11,7 +11,9 @@ no amdgpu module, which makes the injected verify failure a realistic one: the s
 ``modinfo -F filename amdgpu`` fails on the canary, as it would on a GPU node upgraded to a
 kernel without the in-tree driver.
 
-One sequence, each step checked on the head and on the nodes themselves:
+One sequence, each step checked on the head and on the nodes themselves (and, throughout,
+each node's own SSH host key: different per node, the same after every reboot and version
+move, issue 22):
 1. upgrade to v2 with the failing site check: v2 is a clone of v1, the canary (node01) boots
    it and fails its verify, node02 is never touched and stays on v1, nothing is promoted,
    neither node can mount the version the other boots, and prune_images.yml refuses to prune
@@ -29,7 +31,7 @@ import time
 
 import pytest
 import yaml
-from labtools import lab_cli, mount_on
+from labtools import REPO, lab_cli, mount_on
 
 pytestmark = pytest.mark.lab
 
@@ -71,6 +73,17 @@ def run(lab_log, playbook: str, extra: dict) -> tuple[object, float]:
     return res, took
 
 
+def host_keys(lab) -> dict[str, str]:
+    """The ed25519 host key each node presents, read from the head (ssh-keyscan)."""
+    res = lab.ssh("ssh-keyscan -T 20 -t ed25519 10.77.0.11 10.77.0.12 2>/dev/null")
+    keys = {}
+    for line in res.stdout.splitlines():
+        ip, kind, key = line.split()
+        keys[{"10.77.0.11": "node01", "10.77.0.12": "node02"}[ip]] = f"{kind} {key}"
+    assert set(keys) == {"node01", "node02"}, res.stdout + res.stderr
+    return keys
+
+
 def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     node01, node02 = lab.cfg.node("node01"), lab.cfg.node("node02")
     # the health test left node02 booting: both must be up on v1 first
@@ -82,6 +95,16 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
         assert facts["root"] == f"10.77.0.1:/{IMAGES}/v1" and facts["ro"], facts
         assert facts["image"] == "bookworm/v1" and not facts["cloud_kernel_package"], facts
     pid02 = lab.qemu_pid(node02)
+    # Issue 22: each node presents its own host key, the one the storage play made on the
+    # head and wrote for Ansible (which checks it: every lab run reached the nodes); the image
+    # carries none
+    keys = host_keys(lab)
+    assert keys["node01"] != keys["node02"], keys
+    known = (REPO / ".lab" / "known_hosts").read_text()
+    for node, ip in (("node01", "10.77.0.11"), ("node02", "10.77.0.12")):
+        assert any(line.startswith(f"{node},") and ip in line.split()[0].split(",")
+                   and line.endswith(keys[node]) for line in known.splitlines()), known
+    assert lab.ssh(f"ls /{IMAGES}/v1/etc/ssh/ | grep -c ssh_host_").stdout.strip() == "0"
 
     # 1. the canary boots v2 and fails the injected site check
     upgrade = {"version": "v2", "upgrade_packages": [NEW_KERNEL], "upgrade_serial": 1}
@@ -113,6 +136,7 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     assert canary["kernel"].endswith("-cloud-amd64") and canary["kernel"] != old_kernel, canary
     assert lab.qemu_pid(node02) == pid02, "node02 was power-cycled by a stopped rollout"
     assert on_node(lab, "node02") == before["node02"]
+    assert host_keys(lab) == keys, "the canary's host key changed with its image version"
     st = state(lab)
     assert st["images"]["bookworm"]["current"] == "v1", st
     assert st["images"]["bookworm"]["versions"]["v2"] == {"origin": "v1"}, st
@@ -160,6 +184,7 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     for node in ("node01", "node02"):
         assert lab.qemu_pid(lab.cfg.node(node)) != pids[node], f"{node} was not rebooted"
         assert on_node(lab, node) == before[node], node
+    assert host_keys(lab) == keys, "a host key changed across the upgrade and the rollback"
     st = state(lab)
     assert st["images"]["bookworm"]["current"] == "v1" and st["nodes"] == {}, st
     assert set(st["images"]["bookworm"]["versions"]) == {"v1", "v2"}, st  # nothing destroyed

@@ -690,9 +690,9 @@ def ok_site_and_role_variables(inv):
 
 
 def ok_nothing_writable(inv):
+    # (NFSv4 is refused now: every node's SSH host keys are on a persistent path)
     inv["cluster"]["cluster_writable_paths"] = []
     inv["cluster"]["cluster_data_datasets"] = []
-    inv["cluster"]["cluster_nfs_version"] = 4
 
 
 def ok_bmc_defaults_and_extra_vdevs(inv):

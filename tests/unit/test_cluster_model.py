@@ -47,6 +47,10 @@ def test_lab_model_derives_boot_entries_and_least_privilege_exports():
     assert " ro " in f" {n2['boot']['cmdline']} "
     assert n2["writable"][0] == {"path": "/var/log", "kind": "persistent",
                                  "source": "10.77.0.1:/tank/nodes/node02/var-log"}
+    # each node's own SSH host keys: made on the head in its own dataset
+    assert n2["ssh_host_keys"] == {"name": "node02", "dir": "/tank/nodes/node02/ssh-host-keys",
+                                   "names": ["node02", n2["fqdn"], "10.77.0.12"]}
+    assert model["ssh_host_keys_path"] == "/var/lib/ssh-host-keys"
     exports = {e["path"]: e["clients"] for e in model["exports"]}
     assert exports["/tank/images/bookworm/v1"] == [
         {"host": ip, "options": "ro,no_root_squash,no_subtree_check,mp"}
@@ -114,7 +118,7 @@ def test_adding_a_node_adds_only_its_own_data():
     assert errors == []
     new = {d["name"] for d in after["datasets"]} - {d["name"] for d in before["datasets"]}
     assert new == {"tank/nodes/node03", "tank/nodes/node03/var-log",
-                   "tank/nodes/node03/var-lib-rasdaemon"}
+                   "tank/nodes/node03/var-lib-rasdaemon", "tank/nodes/node03/ssh-host-keys"}
     assert after["nodes"][:2] == before["nodes"]
 
 

@@ -152,6 +152,9 @@ def test_writable_sizes_are_kept_and_nfs_version_follows_persistent_paths():
         {"path": "/var/log", "kind": "persistent"}]}, err)
     assert err.items == []
     assert writable[0]["size"] == "10%" and writable[1]["name"] == "var-log"
+    # the model adds every node's SSH host key path
+    assert writable[2] == {"path": "/var/lib/ssh-host-keys", "kind": "persistent",
+                           "name": "ssh-host-keys", "size": ""}
     assert images.check_nfs_version({"nfs_version": 3}, writable, err) == 3
     assert images.persistent_mount_options(3, writable) == "vers=3,tcp"
     assert images.persistent_mount_options(4, writable[:1]) == ""
@@ -160,7 +163,30 @@ def test_writable_sizes_are_kept_and_nfs_version_follows_persistent_paths():
     images.check_nfs_version({"nfs_version": 4}, writable, err)
     assert err.items == [
         "cluster: cluster_nfs_version 4 cannot be used with persistent writable paths "
-        "(/var/log): the initramfs mounts them with klibc nfsmount, which speaks NFSv2/v3 only"]
+        "(/var/log, /var/lib/ssh-host-keys): the initramfs mounts them with klibc nfsmount, "
+        "which speaks NFSv2/v3 only"]
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ({"path": "/var/lib/ssh-host-keys", "kind": "tmpfs"},
+     "cluster: cluster_writable_paths[0] /var/lib/ssh-host-keys is where every node keeps its "
+     "own SSH host keys: leave it out (the model adds it) or make it persistent"),
+    ({"path": "/var/lib", "kind": "overlay"},
+     "cluster: cluster_writable_paths[0].path /var/lib is nested with /var/lib/ssh-host-keys, "
+     "where every node keeps its own SSH host keys (a persistent path the model adds); "
+     "writable paths must not contain each other"),
+])
+def test_the_host_key_path_is_refused_as_anything_else(entry, problem):
+    err = Errors()
+    images.check_writable_paths({"writable_paths": [entry]}, err)
+    assert err.items == [problem]
+
+
+def test_the_host_key_path_may_be_listed_as_the_model_would():
+    err = Errors()
+    out = images.check_writable_paths({"writable_paths": [
+        {"path": "/var/lib/ssh-host-keys", "kind": "persistent"}]}, err)
+    assert err.items == [] and [w["path"] for w in out] == ["/var/lib/ssh-host-keys"]
 
 
 def test_an_image_needs_the_firmware_of_its_nodes_gpus():

@@ -112,6 +112,8 @@ def _node(n, checked, layout, names, domain):
         "data": {**n["data"], "mtu": data_net["mtu"], "prefix": data_net["prefix"]},
         "boot": netboot.boot_entry(n, version, prof, checked["nets"]["mgmt"], head_ip,
                                    checked["nfs_version"]),
+        "ssh_host_keys": nodes.ssh_host_keys(layout["export_root"], n, domain,
+                                             checked["writable"]),
     }
     return node, datasets, exports
 
@@ -157,6 +159,7 @@ def _derive(checked):
         "upgrade_context": upgrades.published_context(checked["ctx"]),
         "image_builds": builds,
         "writable_paths": writable,
+        "ssh_host_keys_path": images.SSH_HOST_KEYS["path"],
         "writable_nfs_options": images.persistent_mount_options(checked["nfs_version"],
                                                                 writable),
         "initramfs_modules": netboot.initramfs_modules(checked["profiles"], checked["nodes"]),

@@ -66,6 +66,13 @@ def check_images(cluster, err):
     return out
 
 
+# Every node's own SSH host keys: a persistent path the model adds to the
+# inventory's, so each node has a dataset of its own for them (made on the head,
+# exported to that node only); the image carries no host key.
+SSH_HOST_KEYS = {"path": "/var/lib/ssh-host-keys", "kind": "persistent",
+                 "name": "ssh-host-keys", "size": ""}
+
+
 def check_writable_paths(cluster, err):
     out = []
     raw = cluster.get("writable_paths", [])
@@ -78,6 +85,21 @@ def check_writable_paths(cluster, err):
         if entry is not None:
             seen[entry["path"]] = i
             out.append(entry)
+    keys = SSH_HOST_KEYS["path"]
+    listed = [w for w in out if w["path"] == keys]
+    if listed and listed[0]["kind"] != "persistent":
+        err.add("cluster", f"cluster_writable_paths[{seen[keys]}]", keys,
+                "is where every node keeps its own SSH host keys: leave it out (the model "
+                "adds it) or make it persistent")
+    elif not listed:
+        nested = [(p, j) for p, j in seen.items() if p.startswith(keys + "/")
+                  or keys.startswith(p + "/")]
+        for other, j in nested:
+            err.add("cluster", f"cluster_writable_paths[{j}].path", other,
+                    f"is nested with {keys}, where every node keeps its own SSH host keys "
+                    "(a persistent path the model adds); writable paths must not contain "
+                    "each other")
+        out.append(dict(SSH_HOST_KEYS))
     names = [w["name"] for w in out if w["kind"] == "persistent"]
     for name in sorted({n for n in names if names.count(n) > 1}):
         err.add("cluster", "cluster_writable_paths[].name", name,

@@ -10,7 +10,7 @@ merge is done: the action plugin takes the endpoint from it, and the filter
 
 from __future__ import annotations
 
-from . import storage
+from . import images, storage
 from .common import NAME_RE, as_dict
 from .networks import check_address, check_iface, dupes
 
@@ -120,6 +120,17 @@ def node_storage(pool, node):
     inventory): ``<pool>/nodes/<node>``, and the prefix of its archived copy."""
     return {"dataset": storage.dataset(pool, storage.NODES, node),
             "archive_prefix": storage.dataset(pool, storage.ARCHIVE, node) + "-"}
+
+
+def ssh_host_keys(export_root, node, domain, writable):
+    """A node's own SSH host keys, as the ``ssh_host_keys`` module takes them: its
+    name, ``dir`` on the head (the export of its host key dataset, where the head
+    makes them; the node mounts it at ``ssh_host_keys_path``) and the names its key
+    is known by (``known_hosts``)."""
+    entry = next(w for w in writable if w["path"] == images.SSH_HOST_KEYS["path"])
+    return {"name": node["name"],
+            "dir": storage.export_path(export_root, storage.NODES, node["name"], entry["name"]),
+            "names": [node["name"], f"{node['name']}.{domain}", node["mgmt"]["ip"]]}
 
 
 def node_layer(pool, export_root, head_ip, node, writable):
