@@ -47,7 +47,9 @@ options:
     type: path
     default: /boot
   modinfo_root:
-    description: The root C(modinfo -b) resolves O(modules_dir) under (tests; an image is checked from inside).
+    description: >-
+      The root C(modinfo -b) resolves O(modules_dir) under (tests; an image is checked from
+      inside).
     type: path
     default: /
 """
@@ -75,7 +77,9 @@ initramfs_with_amdgpu:
   type: list
   elements: str
 missing:
-  description: Kernel -> the files missing (C(<file>) from the image, C(initramfs:<file>) from its initramfs).
+  description: >-
+    Kernel -> the files missing (C(<file>) from the image, C(initramfs:<file>) from its
+    initramfs).
   returned: always
   type: dict
 """
@@ -84,7 +88,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.junkyard.cluster.plugins.module_utils.amdgpu_firmware import (
-    FirmwareError, initramfs_firmware, missing, required)
+    FirmwareError,
+    initramfs_firmware,
+    missing,
+    required,
+)
 
 
 def _present(firmware_dir):

@@ -17,7 +17,9 @@ description:
 attributes:
   check_mode:
     support: full
-    description: Reports the keys it would make and makes none; known_hosts lines only for keys that exist.
+    description: >-
+      Reports the keys it would make and makes none; known_hosts lines only for keys that
+      exist.
   diff_mode:
     support: none
     description: Key files are not shown.

@@ -21,16 +21,19 @@ from ansible_collections.junkyard.cluster.plugins.module_utils import amdgpu_fir
 from ansible_collections.junkyard.cluster.plugins.modules import amdgpu_firmware
 
 # amdgpu of Debian 12's 6.1 kernel, the files of three data-centre ASICs
-DECLARED_61 = """amdgpu/arcturus_gpu_info.bin amdgpu/arcturus_ta.bin amdgpu/arcturus_asd.bin
-amdgpu/arcturus_sos.bin amdgpu/vega20_ta.bin amdgpu/vega20_asd.bin amdgpu/vega20_sos.bin
-amdgpu/aldebaran_cap.bin amdgpu/aldebaran_ta.bin amdgpu/aldebaran_sos.bin
-amdgpu/aldebaran_sjt_mec2.bin amdgpu/aldebaran_sjt_mec.bin amdgpu/aldebaran_rlc.bin
-amdgpu/aldebaran_mec2.bin amdgpu/aldebaran_mec.bin amdgpu/arcturus_rlc.bin
-amdgpu/arcturus_mec.bin amdgpu/vega20_rlc.bin amdgpu/vega20_mec2.bin amdgpu/vega20_mec.bin
-amdgpu/vega20_me.bin amdgpu/vega20_pfp.bin amdgpu/vega20_ce.bin amdgpu/aldebaran_sdma.bin
-amdgpu/arcturus_sdma.bin amdgpu/vega20_sdma1.bin amdgpu/vega20_sdma.bin amdgpu/vega20_uvd.bin
-amdgpu/vega20_vce.bin amdgpu/aldebaran_vcn.bin amdgpu/arcturus_vcn.bin amdgpu/arcturus_smc.bin
-amdgpu/aldebaran_smc.bin amdgpu/vega20_smc.bin""".split()
+DECLARED_61 = ["amdgpu/arcturus_gpu_info.bin", "amdgpu/arcturus_ta.bin",
+               "amdgpu/arcturus_asd.bin", "amdgpu/arcturus_sos.bin", "amdgpu/vega20_ta.bin",
+               "amdgpu/vega20_asd.bin", "amdgpu/vega20_sos.bin", "amdgpu/aldebaran_cap.bin",
+               "amdgpu/aldebaran_ta.bin", "amdgpu/aldebaran_sos.bin",
+               "amdgpu/aldebaran_sjt_mec2.bin", "amdgpu/aldebaran_sjt_mec.bin",
+               "amdgpu/aldebaran_rlc.bin", "amdgpu/aldebaran_mec2.bin",
+               "amdgpu/aldebaran_mec.bin", "amdgpu/arcturus_rlc.bin", "amdgpu/arcturus_mec.bin",
+               "amdgpu/vega20_rlc.bin", "amdgpu/vega20_mec2.bin", "amdgpu/vega20_mec.bin",
+               "amdgpu/vega20_me.bin", "amdgpu/vega20_pfp.bin", "amdgpu/vega20_ce.bin",
+               "amdgpu/aldebaran_sdma.bin", "amdgpu/arcturus_sdma.bin", "amdgpu/vega20_sdma1.bin",
+               "amdgpu/vega20_sdma.bin", "amdgpu/vega20_uvd.bin", "amdgpu/vega20_vce.bin",
+               "amdgpu/aldebaran_vcn.bin", "amdgpu/arcturus_vcn.bin", "amdgpu/arcturus_smc.bin",
+               "amdgpu/aldebaran_smc.bin", "amdgpu/vega20_smc.bin"]
 
 MI100 = ["amdgpu/arcturus_asd.bin", "amdgpu/arcturus_gpu_info.bin", "amdgpu/arcturus_mec.bin",
          "amdgpu/arcturus_rlc.bin", "amdgpu/arcturus_sdma.bin", "amdgpu/arcturus_smc.bin",
