@@ -131,8 +131,8 @@ def main():
     present = _present(p["firmware_dir"]) if os.path.isdir(p["firmware_dir"]) else set()
     problems = []
     for kernel in kernels:
-        rc, out, _err = module.run_command([modinfo, "-b", p["modinfo_root"], "-k", kernel,
-                                          "-F", "firmware", "amdgpu"])
+        argv = [modinfo, "-b", p["modinfo_root"], "-k", kernel, "-F", "firmware", "amdgpu"]
+        rc, out, _err = module.run_command(argv)
         if rc != 0:
             result["kernels_without_amdgpu"].append(kernel)
             continue
