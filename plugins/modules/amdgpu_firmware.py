@@ -19,15 +19,6 @@ description:
   - Fails naming the kernel, the gfx target and every missing file.  A kernel without amdgpu
     is reported in RV(kernels_without_amdgpu), not refused (the rocm role's verify refuses a
     node that boots one).
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
-author:
-  - junkyard.cluster developers (!UNKNOWN)
 options:
   gfx_targets:
     description: The gfx targets of the GPUs of the nodes that boot the image; empty checks nothing.
@@ -52,6 +43,15 @@ options:
       inside).
     type: path
     default: /
+attributes:
+  check_mode:
+    support: full
+    description: Runs modinfo and lsinitramfs and lists the firmware directory, in check mode too.
+  diff_mode:
+    support: none
+    description: The image is only read; no file is written that a diff could show.
+author:
+  - junkyard.cluster developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
