@@ -42,9 +42,12 @@ mnt() {  # mnt TYPE SRC DEST [opts...]
     mounted+=("$dest")
 }
 
+# KCFLAGS=-g0: the ZFS module (and the kernel checks of its configure) are
+# compiled without debug information, which nobody reads in the lab and which
+# is a large part of the compile time under dkms (bench figures in docs/lab.md).
 in_root() {
     chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-        DEBIAN_FRONTEND=noninteractive "$@"
+        DEBIAN_FRONTEND=noninteractive KCFLAGS=-g0 "$@"
 }
 
 phase() { printf '[build-head %(%H:%M:%S)T] %s\n' -1 "$*"; }

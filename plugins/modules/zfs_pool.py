@@ -27,6 +27,11 @@ description:
     imported (under any name, found by guid in C(zpool list)) is never wiped. The refusal names
     each disk, the pool's name, guid and state, how to import it and the option that would allow
     the wipe.
+  - C(zpool create) partitions each whole disk and opens the new partition at once; when the
+    partition is not there yet (udev or the kernel slow, many disks) it fails with "one or more
+    devices is currently unavailable" before writing any label.  The module then checks that
+    the pool still does not exist, waits for C(udevadm settle), and runs the same command
+    again, three times in all, with a warning for each retry.
   - Written for the gap left by M(community.general.zpool), which has no dRAID, changes layouts
     of existing pools and has no blank-disk guard.
 attributes:
@@ -242,6 +247,13 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_pool import (
 )
 
 
+# zpool create's message when a disk it has just partitioned cannot be opened
+# yet (ENXIO), and how often the create is tried in all.
+RACE_MESSAGE = "one or more devices is currently unavailable"
+CREATE_ATTEMPTS = 3
+SETTLE_SECONDS = 60
+
+
 class ZfsPool:
     def __init__(self, module):
         self.module = module
@@ -444,8 +456,8 @@ class ZfsPool:
                     self.change([self.zpool, "labelclear", "-f", dev])
                 if [s for s in sigs if s != "zfs_member"] or (sigs and not pools):
                     self.change([tools["wipefs"], "-a", dev])
-        self.change(create_argv(self.zpool, self.name, want, self.p["ashift"],
-                                self.p["pool_properties"], self.p["filesystem_properties"]))
+        self.create_pool(create_argv(self.zpool, self.name, want, self.p["ashift"],
+                                     self.p["pool_properties"], self.p["filesystem_properties"]))
         after = render_layout(want)
         layout = layout_as_list(want)
         if not self.module.check_mode:
@@ -459,6 +471,36 @@ class ZfsPool:
                                  f"so the next run will fail: {'; '.join(diffs)}")
         self.module.exit_json(changed=True, created=True, layout=layout, commands=self.commands,
                               wiped=wiped, diff={"before": "", "after": after})
+
+    def create_pool(self, argv):
+        """zpool create, tried again while it fails because a disk it has just
+        partitioned is not there yet.  zpool labels each whole disk and opens
+        its new partition at once; when udev or the kernel is slow to show the
+        partition (many disks, a loaded machine) the open fails with ENXIO and
+        zpool says "one or more devices is currently unavailable" before it has
+        written any label (openzfs/zfs#1646, #4077).  Nothing was created then:
+        the pool must still be missing, udev is let settle, and the same command
+        runs again; it checks the disks for data again itself."""
+        self.commands.append(argv)
+        if self.module.check_mode:
+            return
+        udevadm = self.module.get_bin_path("udevadm")
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            rc, out, err = self.run(argv, check_rc=False)
+            if rc == 0:
+                return
+            text = (err or out).strip()
+            if RACE_MESSAGE not in text or attempt == CREATE_ATTEMPTS:
+                break
+            if self.run([self.zpool, "status", "-P", self.name], check_rc=False)[0] == 0:
+                self.fail(f"{' '.join(argv)} failed (rc={rc}): {text}; yet pool {self.name} "
+                          f"exists now, so it was not run again")
+            self.module.warn(f"zpool create {self.name}, attempt {attempt} of "
+                             f"{CREATE_ATTEMPTS}: {text}; a freshly partitioned disk was not "
+                             f"there yet, running it again after udev settles")
+            if udevadm:
+                self.run([udevadm, "settle", f"--timeout={SETTLE_SECONDS}"], check_rc=False)
+        self.fail(f"{' '.join(argv)} failed (rc={rc}): {text}")
 
     def main(self):
         try:

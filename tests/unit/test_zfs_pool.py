@@ -575,3 +575,45 @@ def test_parse_status_missing_device_shown_by_guid():
     parsed = zp.parse_status(text.replace(line, guid_line))
     (_kind, disks), = parsed["layout"]["data"]
     assert disks[2] == DISKS45[2] + "-part1"
+
+
+RACE = "cannot create 'lab': one or more devices is currently unavailable\n"
+SETTLE = ["/usr/sbin/udevadm", "settle", "--timeout=60"]
+
+
+def test_create_runs_again_when_a_new_partition_is_not_there_yet():
+    cmds = [*_lab_create_cmds({}),
+            Cmd(LAB_CREATE, rc=1, err=RACE),
+            Cmd([ZPOOL, "status", "-P", "lab"], rc=1, err="cannot open 'lab': no such pool\n"),
+            Cmd(SETTLE),
+            Cmd(LAB_CREATE),
+            Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
+    res, table = run_module(zfs_pool.main, lab_args(), cmds)
+    assert res["failed"] is False, res.get("msg")
+    assert res["created"] is True
+    assert table.ran.count(LAB_CREATE) == 2
+    assert res["commands"].count(LAB_CREATE) == 1
+    assert len(res["warnings"]) == 1
+    assert "attempt 1 of 3" in res["warnings"][0]
+
+
+def test_create_gives_up_after_three_attempts():
+    missing = Cmd([ZPOOL, "status", "-P", "lab"], rc=1, err="cannot open 'lab': no such pool\n")
+    cmds = [*_lab_create_cmds({})]
+    for _attempt in range(2):
+        cmds += [Cmd(LAB_CREATE, rc=1, err=RACE), missing, Cmd(SETTLE)]
+    cmds += [Cmd(LAB_CREATE, rc=1, err=RACE)]
+    res, table = run_module(zfs_pool.main, lab_args(), cmds)
+    assert res["failed"] is True
+    assert table.ran.count(LAB_CREATE) == 3
+    assert res["msg"].endswith("one or more devices is currently unavailable")
+
+
+def test_create_is_not_run_again_if_the_pool_appeared():
+    cmds = [*_lab_create_cmds({}),
+            Cmd(LAB_CREATE, rc=1, err=RACE),
+            Cmd([ZPOOL, "status", "-P", "lab"], out=fx("status_lab_raidz2.txt"))]
+    res, table = run_module(zfs_pool.main, lab_args(), cmds)
+    assert res["failed"] is True
+    assert table.ran.count(LAB_CREATE) == 1
+    assert "exists now, so it was not run again" in res["msg"]
