@@ -43,8 +43,8 @@ mnt() {  # mnt TYPE SRC DEST [opts...]
 }
 
 # KCFLAGS=-g0: the ZFS module (and the kernel checks of its configure) are
-# compiled without debug information, which nobody reads in the lab and which
-# is a large part of the compile time under dkms (bench figures in docs/lab.md).
+# compiled without debug information, which nobody reads in the lab (the guest
+# kernel's headers ship no vmlinux, so kbuild makes no BTF for it either).
 in_root() {
     chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
         DEBIAN_FRONTEND=noninteractive KCFLAGS=-g0 "$@"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
 import json
@@ -120,6 +121,52 @@ def wait_head(lab: Lab, pid: int) -> None:
                    f"{lab.head_timeout:.0f}s; its console log is {log}")
 
 
+HEAD_PROXY_UNITS = """\
+cat >/etc/systemd/system/jylab-aptproxy.socket <<'UNIT'
+[Unit]
+Description=The lab's package proxy on 127.0.0.1:{port} (relayed to the lab machine)
+
+[Socket]
+ListenStream=127.0.0.1:{port}
+Accept=yes
+
+[Install]
+WantedBy=sockets.target
+UNIT
+cat >/etc/systemd/system/jylab-aptproxy@.service <<'UNIT'
+[Unit]
+Description=One connection to the lab's package proxy
+
+[Service]
+ExecStart=/usr/bin/python3 -I -S /usr/local/lib/jylab/relay.py {addr} {port}
+StandardInput=socket
+StandardOutput=socket
+StandardError=journal
+UNIT
+"""
+
+
+def install_head_proxy(lab: Lab) -> None:
+    """The package proxy on the head's own 127.0.0.1, as on the lab machine: the
+    inventory's cluster_apt_proxy (http://127.0.0.1:<port>) is then one URL for
+    the seed built here and for the image plays on the head, and the seed's
+    recorded inputs are the head's (docs/lab.md, "The node image seed")."""
+    relay = (LAB_DIR / "jylab" / "relay.py").read_bytes()
+    script = (
+        "set -e; install -d -m 0755 /usr/local/lib/jylab; "
+        f"echo {base64.b64encode(relay).decode()} | base64 -d >/usr/local/lib/jylab/relay.py; "
+        + HEAD_PROXY_UNITS.format(port=lab.proxy_port, addr=vm.GUESTFWD_ADDR)
+        + "systemctl daemon-reload; systemctl enable --now jylab-aptproxy.socket; "
+        f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {lab.proxy_port}), "
+        "10).close()'"
+    )
+    res = ssh(lab, script, timeout=120)
+    if res.returncode != 0:
+        raise LabError(f"the package proxy relay on the head did not start: "
+                       f"{(res.stderr or res.stdout).strip()[-800:]}")
+    print(f"   head: package proxy relayed on 127.0.0.1:{lab.proxy_port}")
+
+
 def wait_vm_started(lab: Lab, name: str, timeout: float = 20) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -196,7 +243,7 @@ def up(lab: Lab, args) -> int:
         with Phase("head image and node image seed (cached builds, side by side)"):
             ensure_ssh_key(lab)
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                seeding = pool.submit(seed.ensure, lab, f"http://127.0.0.1:{lab.proxy_port}")
+                seeding = pool.submit(seed.ensure, lab)
                 try:
                     head_dir, built = build.ensure_head(lab)
                     info = build.manifest(head_dir)
@@ -229,6 +276,7 @@ def up(lab: Lab, args) -> int:
             state["pids"]["head"] = pid
             write_state(lab, state)
             wait_head(lab, pid)
+            install_head_proxy(lab)
             res = ssh(lab, "modprobe zfs && cat /sys/module/zfs/version; "
                       "ls /dev/disk/by-id/ | grep -c '^virtio-jydisk'")
             print(f"   ssh root@127.0.0.1 -p {lab.ssh_port}: zfs "

@@ -1,8 +1,13 @@
-"""Relay one connection between stdin/stdout and a TCP port on the host's loopback.
+"""Relay one connection between stdin/stdout and the lab's package proxy.
 
 qemu's slirp runs this for every guest connection to the guestfwd address
 (``guestfwd=tcp:10.0.2.100:3142-cmd:python3 relay.py 127.0.0.1 3142``): each
 apt connection of the guest gets its own TCP connection to the lab's proxy.
+
+In the head VM, a socket unit on 127.0.0.1:3142 runs it for every connection
+(``relay.py 10.0.2.100 3142``, see cli.install_head_proxy): the inventory's
+``cluster_apt_proxy`` is then the same URL on the head as on the lab machine,
+where the node image seed is built.
 """
 
 import os
@@ -10,11 +15,15 @@ import selectors
 import socket
 import sys
 
+# The guestfwd address of the head VM's user network (vm.GUESTFWD_ADDR; this
+# file runs alone, with python3 -I -S, so it cannot import it).
+GUESTFWD_ADDR = "10.0.2.100"
+
 
 def main() -> int:
     host, port = sys.argv[1], int(sys.argv[2])
-    if host not in ("127.0.0.1", "localhost"):
-        print("relay: loopback only", file=sys.stderr)
+    if host not in ("127.0.0.1", "localhost", GUESTFWD_ADDR):
+        print(f"relay: loopback or {GUESTFWD_ADDR} only", file=sys.stderr)
         return 2
     sock = socket.create_connection((host, port), timeout=10)
     sock.settimeout(None)

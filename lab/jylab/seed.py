@@ -56,20 +56,27 @@ def _files(path: Path) -> list[Path]:
                   if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
-def seed_key(repo: Path = REPO) -> str:
+def seed_key(repo: Path = REPO, pubkey: bytes = b"") -> str:
+    """The seed's cache key: its input files, the mirrors, the proxy port (the
+    image's apt configuration names it) and the lab's SSH public key (the
+    image's authorized_keys): the seed counts as the image's convergence on the
+    head, so whatever the image holds must be in the key."""
     h = hashlib.sha256()
     for rel in INPUTS:
         for f in _files(repo / rel):
             for part in (str(f.relative_to(repo)).encode(), f.read_bytes()):
                 h.update(len(part).to_bytes(8, "little"))
                 h.update(part)
-    for var in ("JUNKYARD_LAB_MIRROR", "JUNKYARD_LAB_SECURITY_MIRROR"):
+    for var in ("JUNKYARD_LAB_MIRROR", "JUNKYARD_LAB_SECURITY_MIRROR",
+                "JUNKYARD_LAB_PROXY_PORT"):
         h.update(os.environ.get(var, "").encode() + b"\0")
+    h.update(pubkey)
     return h.hexdigest()[:16]
 
 
 def seed_path(lab: Lab) -> Path:
-    return lab.cache / f"seed-{seed_key(lab.repo)}.tar"
+    pub = lab.ssh_key.with_suffix(".pub")
+    return lab.cache / f"seed-{seed_key(lab.repo, pub.read_bytes() if pub.exists() else b'')}.tar"
 
 
 def seed_inventory(lab: Lab, out: Path) -> Path:
@@ -127,7 +134,7 @@ def stop_all() -> None:
         stop(proc)
 
 
-def ensure(lab: Lab, proxy: str) -> tuple[Path, bool]:
+def ensure(lab: Lab) -> tuple[Path, bool]:
     """The cached seed tar, built if missing. Returns (path, built_now).
 
     JUNKYARD_LAB_SEED names a tar to use as it is (developing the image roles:
@@ -151,8 +158,7 @@ def ensure(lab: Lab, proxy: str) -> tuple[Path, bool]:
     cmd = [str(program) if program.exists() else "ansible-playbook",
            "-i", str(inventory), "playbooks/image_build.yml",
            "-e", json.dumps({"node_image_tree_prefix": str(tree), "node_image_seed": "",
-                             "node_image_allow_plain_dir": True, "cluster_apt_proxy": proxy,
-                             "cluster_image_state": {}})]
+                             "node_image_allow_plain_dir": True, "cluster_image_state": {}})]
     env = dict(lab.env(), PATH=f"{venv}:{os.environ.get('PATH', '')}")
     print(f"  building the node image seed natively under {tree} (log: {log}); "
           "this takes several minutes")

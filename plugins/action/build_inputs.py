@@ -14,7 +14,12 @@ Variables are hashed as written (untemplated): magic and connection variables
 (``ansible_*``, ``hostvars``, ``groups``, paths of the inventory and the
 playbook) are left out, so the digest does not depend on where the checkout
 lives, and so are the internal ``__*`` ones (registered results, which carry
-times such as a file's atime); a vaulted value counts by its ciphertext and is never decrypted."""
+times such as a file's atime); a vaulted value counts by its ciphertext and is never decrypted.
+Variables that only say how or where a build runs (``exclude``: the tree's
+location, the connection, a seed to start from) do not count, so a tree built
+elsewhere with the same inputs (the lab's seed) counts as converged; variables
+that read something through a lookup (``resolve``: authorized keys from a
+file) count by their value."""
 
 from __future__ import annotations
 
@@ -53,11 +58,34 @@ def _plain(value):
     return to_text(value)
 
 
-def variables_digest(task_vars):
-    """(sha256 hex, names) of the variables that feed a build."""
+def _without(value, keys):
+    """A mapping without ``keys`` (a value that is no mapping as it is)."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in keys}
+    return value
+
+
+def variables_digest(task_vars, exclude=(), resolved=None):
+    """(sha256 hex, names) of the variables that feed a build.
+
+    ``exclude`` names variables (``name``) or keys of a mapping variable
+    (``name.key``) that say only how or where the build runs, not what it
+    builds.  ``resolved`` maps names to their templated values, which count
+    instead of the text (variables that read the environment or a file through
+    a lookup: their text stays the same when what they read changes)."""
+    resolved = resolved or {}
+    whole = {e for e in exclude if "." not in e}
+    keys: dict[str, set[str]] = {}
+    for entry in exclude:
+        if "." in entry:
+            name, key = entry.split(".", 1)
+            keys.setdefault(name, set()).add(key)
     names = sorted(k for k in task_vars
-                   if k not in MAGIC_VARIABLES and not k.startswith(("ansible_", "__")))
-    blob = json.dumps({k: _plain(task_vars[k]) for k in names}, sort_keys=True)
+                   if k not in MAGIC_VARIABLES and k not in whole
+                   and not k.startswith(("ansible_", "__")))
+    blob = json.dumps({k: _plain(_without(resolved[k] if k in resolved else task_vars[k],
+                                          keys.get(k, ())))
+                       for k in names}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest(), names
 
 
@@ -86,7 +114,7 @@ def files_digest(paths, root=COLLECTION_ROOT):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("paths",))
+    _VALID_ARGS = frozenset(("paths", "exclude", "resolve"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -96,8 +124,25 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 f"paths must be a non-empty list of paths relative to the collection root "
                 f"(roles/..., plugins/...), not {paths!r}")
+        lists = {}
+        for opt in ("exclude", "resolve"):
+            value = self._task.args.get(opt) or []
+            if not isinstance(value, list) or \
+                    not all(isinstance(v, str) and v and not v.startswith("__") for v in value):
+                raise AnsibleActionFail(f"{opt} must be a list of variable names, not {value!r}")
+            lists[opt] = value
+        task_vars = task_vars or {}
+        templar = self._templar.copy_with_new_env(available_variables=task_vars)
+        resolved = {}
+        for name in lists["resolve"]:
+            if name in task_vars:
+                try:
+                    resolved[name] = templar.template(task_vars[name])
+                except Exception as exc:  # any templating error, named with the variable
+                    raise AnsibleActionFail(
+                        f"build input {name} could not be resolved: {exc}") from exc
         files, count = files_digest(paths)
-        variables, names = variables_digest(task_vars or {})
+        variables, names = variables_digest(task_vars, lists["exclude"], resolved)
         digest = hashlib.sha256(f"files {files}\nvariables {variables}\n".encode()).hexdigest()
         result.update(changed=False, digest=digest, files_digest=files, file_count=count,
                       variables_digest=variables, variable_count=len(names))

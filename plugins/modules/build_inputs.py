@@ -23,6 +23,22 @@ options:
     type: list
     elements: str
     required: true
+  exclude:
+    description:
+      - Variables that say only how or where the build runs, not what it builds (the
+        tree's location, the connection, a seed to start from): C(name) leaves the
+        variable out, C(name.key) leaves one key of a mapping variable out.
+    type: list
+    elements: str
+    default: []
+  resolve:
+    description:
+      - Variables that count by their templated value instead of their text: those
+        that read a file or the environment through a lookup (their text does not
+        change when what they read does).  Name only variables without secrets.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -37,6 +53,8 @@ EXAMPLES = r"""
 - name: Compute the digest of what an image build reads
   junkyard.cluster.build_inputs:
     paths: [roles, plugins, playbooks, daemon/src]
+    exclude: [node_image_tree_prefix, node_image_build.root_path]
+    resolve: [node_image_authorized_keys]
   register: __node_image_inputs
 """
 

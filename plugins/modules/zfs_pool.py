@@ -246,7 +246,6 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.zfs_pool import (
     render_layout,
 )
 
-
 # zpool create's message when a disk it has just partitioned cannot be opened
 # yet (ENXIO), and how often the create is tried in all.
 RACE_MESSAGE = "one or more devices is currently unavailable"

@@ -226,6 +226,6 @@ def test_a_stopped_lab_up_starts_no_seed_build(tmp_path, monkeypatch):
     lab.state_dir.mkdir()
     seed.stop_all()
     with pytest.raises(config.LabError, match="stopped"):
-        seed.ensure(lab, "http://127.0.0.1:9")
+        seed.ensure(lab)
     assert not list((tmp_path / "cache").glob("seed-*.tar*"))
     assert not seed.BUILDS

@@ -84,7 +84,8 @@ VAULTED = """$ANSIBLE_VAULT;1.1;AES256
 """
 
 
-def run_action(tmp_path: Path, variables: dict, vaulted: str | None = None) -> dict:
+def run_action(tmp_path: Path, variables: dict, vaulted: str | None = None,
+               options: str = "", env: dict | None = None) -> dict:
     inv = tmp_path / "inventory"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
@@ -98,10 +99,11 @@ def run_action(tmp_path: Path, variables: dict, vaulted: str | None = None) -> d
     play.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - junkyard.cluster.build_inputs:\n        paths: [roles/node_image, plugins]\n"
+        f"{options}"
         "      register: r\n"
         "    - ansible.builtin.copy:\n        content: '{{ r | to_json }}'\n"
         f"        dest: {tmp_path}/out.json\n        mode: '0600'\n")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **(env or {})}
     res = subprocess.run([ansible_playbook(), "-i", str(inv / "hosts.yml"),
                           str(play)], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=120, check=False)
@@ -123,3 +125,53 @@ def test_through_ansible_a_variable_change_is_seen_and_a_vault_is_never_opened(t
     assert renamed["digest"] != first["digest"]
     assert other_secret["digest"] != first["digest"]
     assert first["file_count"] > 10 and first["variable_count"] >= 2
+
+
+def test_build_mechanics_do_not_count_and_the_rest_still_does():
+    base = {"rocm_version": "6.0", "node_image_tree_prefix": "",
+            "node_image_build": {"image": "bookworm", "version": "v1",
+                                 "root_path": "/tank/images/bookworm/v1"}}
+    exclude = ["node_image_tree_prefix", "node_image_build.root_path"]
+    digest, names = build_inputs.variables_digest(base, exclude)
+    elsewhere = {**base, "node_image_tree_prefix": "/var/cache/seed.tree",
+                 "node_image_build": {**base["node_image_build"],
+                                      "root_path": "/var/cache/seed.tree/tank/images/bookworm/v1"}}
+    assert build_inputs.variables_digest(elsewhere, exclude)[0] == digest
+    assert names == ["node_image_build", "rocm_version"]
+    other_version = {**base, "node_image_build": {**base["node_image_build"], "version": "v2"}}
+    assert build_inputs.variables_digest(other_version, exclude)[0] != digest
+    # without the exclusions the location counts, as before
+    assert build_inputs.variables_digest(elsewhere)[0] != build_inputs.variables_digest(base)[0]
+
+
+def test_a_resolved_variable_counts_by_what_its_lookup_reads(tmp_path):
+    if ansible_playbook() is None:
+        pytest.skip("ansible-playbook is not installed")
+    keys = {"node_image_authorized_keys":
+            "{{ [lookup('ansible.builtin.file', lookup('ansible.builtin.env', 'JY_KEY'))] }}",
+            "node_image_tree_prefix": "{{ lookup('ansible.builtin.env', 'JY_PREFIX') }}"}
+    options = ("        exclude: [node_image_tree_prefix]\n"
+               "        resolve: [node_image_authorized_keys]\n")
+    key = tmp_path / "id.pub"
+    key.write_text("ssh-ed25519 AAAAone lab\n")
+    env = {"JY_KEY": str(key), "JY_PREFIX": "/a"}
+    first = run_action(tmp_path, keys, options=options, env=env)
+    moved = run_action(tmp_path, keys, options=options, env={**env, "JY_PREFIX": "/b"})
+    key.write_text("ssh-ed25519 AAAAtwo lab\n")
+    new_key = run_action(tmp_path, keys, options=options, env=env)
+    unresolved = run_action(tmp_path, keys, env=env)
+    key.write_text("ssh-ed25519 AAAAone lab\n")
+    unresolved_before = run_action(tmp_path, keys, env=env)
+    assert first["digest"] == moved["digest"]
+    assert new_key["digest"] != first["digest"]
+    # the text alone does not see the key change: why the role resolves it
+    assert unresolved["digest"] == unresolved_before["digest"]
+
+
+@pytest.mark.parametrize("options", ["        exclude: node_image_seed\n",
+                                     "        resolve: [__node_image_inputs]\n"])
+def test_exclude_and_resolve_must_be_lists_of_names(tmp_path, options):
+    if ansible_playbook() is None:
+        pytest.skip("ansible-playbook is not installed")
+    with pytest.raises(AssertionError, match="must be a list of variable names"):
+        run_action(tmp_path, {"cluster_name": "lab"}, options=options)
