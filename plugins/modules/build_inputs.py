@@ -26,14 +26,14 @@ options:
   exclude:
     description:
       - Variables that say only how or where the build runs, not what it builds (the
-        tree's location, the connection, a seed to start from): C(name) leaves the
+        tree's location, the connection, a seed to start from); C(name) leaves the
         variable out, C(name.key) leaves one key of a mapping variable out.
     type: list
     elements: str
     default: []
   resolve:
     description:
-      - Variables that count by their templated value instead of their text: those
+      - Variables that count by their templated value instead of their text, those
         that read a file or the environment through a lookup (their text does not
         change when what they read does).  Name only variables without secrets.
     type: list
