@@ -81,8 +81,9 @@ class Lab:
             JUNKYARD_LAB_SSH_KEY=str(self.ssh_key),
             JUNKYARD_LAB_STATE=str(self.state),
             ANSIBLE_CONFIG=str(self.repo / "ansible.cfg"),
-            ANSIBLE_HOST_KEY_CHECKING="False",
         )
+        # Host keys are checked (ansible.cfg): the nodes' against .lab/known_hosts, which
+        # the storage play writes; the head's connection arguments skip its throw-away key.
         # per-task times at the end of every lab run (what TCG makes slow)
         env.setdefault("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks")
         env.setdefault("PROFILE_TASKS_TASK_OUTPUT_LIMIT", "25")
