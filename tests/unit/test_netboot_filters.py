@@ -18,6 +18,8 @@ LAB = Path(__file__).resolve().parents[2] / "inventories" / "lab"
 def lab_model(versions=None):
     """The lab inventory's model; ``versions`` overrides node_image_version per node."""
     cluster = yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text())
+    # the file as written, not templated: its one lookup (the proxy port) at its default
+    cluster["cluster_apt_proxy"] = "http://127.0.0.1:3142"
     hosts = yaml.safe_load((LAB / "hosts.yml").read_text())["all"]["children"]
     group = yaml.safe_load((LAB / "group_vars" / "gpu_nodes.yml").read_text())
     nodes = {}
