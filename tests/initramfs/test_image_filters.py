@@ -32,12 +32,17 @@ def test_writable_table_lab_exact():
         "* overlay /var/lib/nfs var-lib-nfs -\n"
         "* tmpfs /run/junkyard run-junkyard -\n"
         "* overlay /etc/ssh etc-ssh -\n"
+        "* persistent /var/lib/ssh-host-keys ssh-host-keys -\n"
         "node01 persistent /var/log 10.77.0.1:/tank/nodes/node01/var-log vers=3,tcp,nosuid,nodev\n"
         "node01 persistent /var/lib/rasdaemon "
         "10.77.0.1:/tank/nodes/node01/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n"
+        "node01 persistent /var/lib/ssh-host-keys "
+        "10.77.0.1:/tank/nodes/node01/ssh-host-keys vers=3,tcp,nosuid,nodev\n"
         "node02 persistent /var/log 10.77.0.1:/tank/nodes/node02/var-log vers=3,tcp,nosuid,nodev\n"
         "node02 persistent /var/lib/rasdaemon "
-        "10.77.0.1:/tank/nodes/node02/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n")
+        "10.77.0.1:/tank/nodes/node02/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n"
+        "node02 persistent /var/lib/ssh-host-keys "
+        "10.77.0.1:/tank/nodes/node02/ssh-host-keys vers=3,tcp,nosuid,nodev\n")
 
 
 def test_writable_table_sizes_names_policy_and_limits():
@@ -71,7 +76,8 @@ def test_persistent_mounts_are_nodev_and_nosuid_where_the_path_allows(path, flag
 @pytest.mark.parametrize("change,msg", [
     ({"nfs_version": 4},
      "cluster: cluster_nfs_version 4 cannot be used with persistent writable paths "
-     "(/var/log, /var/lib/rasdaemon): the initramfs mounts them with klibc nfsmount"),
+     "(/var/log, /var/lib/rasdaemon, /var/lib/ssh-host-keys): the initramfs mounts them "
+     "with klibc nfsmount"),
     ({"nfs_version": 5}, "cluster: cluster_nfs_version 5 is not an NFS version"),
     ({"writable_paths": [{"path": "/tmp", "kind": "tmpfs", "size": "4 g"}]},
      "cluster: cluster_writable_paths[0].size 4 g is not a tmpfs size"),
@@ -98,9 +104,17 @@ def test_writable_table_refusals(kwargs, msg):
         image.writable_table(model(), **kwargs)
 
 
-def test_nfs4_is_fine_without_persistent_paths():
-    m = model(nfs_version=4, writable_paths=[{"path": "/tmp", "kind": "tmpfs"}])
-    assert "persistent" not in image.writable_table(m)
+def test_nfs4_is_refused_even_without_persistent_paths_of_the_inventory():
+    """Every node's host keys are a persistent path the model adds, so an
+    inventory with only tmpfs paths still needs NFSv3 for them."""
+    data = lab_data()
+    data["cluster"].update(nfs_version=4, writable_paths=[{"path": "/tmp", "kind": "tmpfs"}])
+    out, errors = build_model(data)
+    assert out is None
+    assert errors == [
+        "cluster: cluster_nfs_version 4 cannot be used with persistent writable paths "
+        "(/var/lib/ssh-host-keys): the initramfs mounts them with klibc nfsmount, which "
+        "speaks NFSv2/v3 only"]
 
 
 def test_image_builds_include_versions_nodes_boot_and_current():

@@ -103,9 +103,14 @@ NO_PERSISTENT = [
 
 
 def test_tmpfs_and_overlay_mount_over_the_read_only_root(harness_image, tmp_path):
-    table = writable_table(lab_model(paths=NO_PERSISTENT))
+    # The model adds every node's host-key dataset, a persistent path; with no
+    # NFS server here it falls back (policy tmpfs) and the other kinds are seen.
+    table = writable_table(lab_model("tmpfs", paths=NO_PERSISTENT), attempts=1, timeout=1)
+    table = _point_at(table, "nfs-server.invalid")
     r = run_case(harness_image, tmp_path, table, CMDLINE.format(node="node01"))
     assert r.rc == 0, r.out
+    assert [line.split(" ", 1)[0] for line in r.file_lines("run/junkyard-writable/degraded")] \
+        == ["/var/lib/ssh-host-keys"]
     assert r.mounts["/fake/root/tmp"][0] == "tmpfs"
     # size from the inventory, mode and owner from the image directory
     assert re.search(r"size=65536k", r.mounts["/fake/root/tmp"][1]), r.mounts
@@ -127,8 +132,8 @@ def test_tmpfs_and_overlay_mount_over_the_read_only_root(harness_image, tmp_path
     assert "mode /fake/root/tmp 1777 0:0" in r.probes
     assert r.file_lines("run/junkyard-writable/node") == ["node01"]
     assert r.file_lines("run/junkyard-writable/mounted") == [
-        "/tmp tmpfs", "/var/lib/dhcp tmpfs", "/run/junkyard tmpfs", "/etc/ssh overlay"]
-    assert r.file_lines("run/junkyard-writable/degraded") == []
+        "/tmp tmpfs", "/var/lib/dhcp tmpfs", "/run/junkyard tmpfs", "/etc/ssh overlay",
+        "/var/lib/ssh-host-keys tmpfs-fallback"]
     assert "PANIC" not in r.script
     assert ("junkyard-writable: node node01 mounted: /tmp(tmpfs) /var/lib/dhcp(tmpfs) "
             "/run/junkyard(tmpfs) /etc/ssh(overlay)") in r.script
@@ -175,9 +180,11 @@ def test_tmpfs_policy_falls_back_and_leaves_a_marker(harness_image, tmp_path):
     assert r.file_lines("run/junkyard-writable/degraded") == [
         f"/var/log {why}",
         "/var/lib/rasdaemon cannot mount 127.0.0.1:/tank/nodes/node02/var-lib-rasdaemon on "
-        "/var/lib/rasdaemon (NFS, 2 attempts, 2s each)"]
-    assert ("WARNING: node node02 boots with tmpfs in place of: /var/log /var/lib/rasdaemon"
-            in r.script)
+        "/var/lib/rasdaemon (NFS, 2 attempts, 2s each)",
+        "/var/lib/ssh-host-keys cannot mount 127.0.0.1:/tank/nodes/node02/ssh-host-keys on "
+        "/var/lib/ssh-host-keys (NFS, 2 attempts, 2s each)"]
+    assert ("WARNING: node node02 boots with tmpfs in place of: /var/log /var/lib/rasdaemon "
+            "/var/lib/ssh-host-keys" in r.script)
     # nfsmount was given NFS options only: the table's nosuid,nodev are for
     # the remount after it (klibc's nfsmount refuses them: "bad option")
     assert "vers=3,tcp,nosuid,nodev" in table
@@ -204,7 +211,8 @@ def test_unknown_identity(harness_image, tmp_path, cmdline, problem):
     assert fallback.rc == 0
     assert fallback.mounts["/fake/root/var/log"][0] == "tmpfs"
     assert [line.split(" ", 1)[0] for line in fallback.file_lines(
-        "run/junkyard-writable/degraded")] == ["/var/log", "/var/lib/rasdaemon"]
+        "run/junkyard-writable/degraded")] == ["/var/log", "/var/lib/rasdaemon",
+                                               "/var/lib/ssh-host-keys"]
 
 
 def test_each_node_finds_its_own_source_in_the_shared_table(harness_image, tmp_path):
