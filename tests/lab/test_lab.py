@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from jylab import host
+from jylab import host, seed
 from labtools import REPO, lab_cli, lab_prerequisites
 
 pytestmark = pytest.mark.lab
@@ -244,7 +244,11 @@ def test_second_up_says_the_lab_runs(lab, lab_log):
 @needs_host
 def test_head_deadline_names_its_log_and_stops_everything(lab, tmp_path, lab_log):
     """A VM not up within its deadline: clear message with the log, nothing left."""
-    env = {**other_lab_env(tmp_path), "JUNKYARD_LAB_HEAD_TIMEOUT": "3"}
+    env = {**other_lab_env(tmp_path), "JUNKYARD_LAB_HEAD_TIMEOUT": "3",
+           # The other lab's own SSH key and proxy port key a seed of its own:
+           # its head never boots, so the session lab's seed stands in for it
+           # (a build here would cost minutes and leave an unused tar).
+           "JUNKYARD_LAB_SEED": str(seed.seed_path(lab.cfg))}
     res = lab_cli("up", env=env, timeout=600, log=lab_log)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "did not answer SSH" in res.stderr
