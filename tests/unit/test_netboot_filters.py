@@ -4,37 +4,21 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.junkyard.cluster.plugins.filter import netboot as nb
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
-LAB = Path(__file__).resolve().parents[2] / "inventories" / "lab"
+from tests.unit.test_cluster_model import lab_data
 
 
 def lab_model(versions=None):
     """The lab inventory's model; ``versions`` overrides node_image_version per node."""
-    cluster = yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text())
-    # the file as written, not templated: its one lookup (the proxy port) at its default
-    cluster["cluster_apt_proxy"] = "http://127.0.0.1:3142"
-    hosts = yaml.safe_load((LAB / "hosts.yml").read_text())["all"]["children"]
-    group = yaml.safe_load((LAB / "group_vars" / "gpu_nodes.yml").read_text())
-    nodes = {}
-    for name, hv in hosts["gpu_nodes"]["hosts"].items():
-        nodes[name] = {"node_profile": group["node_profile"], "node_image": group["node_image"],
-                       **copy.deepcopy(hv)}
-        if versions and name in versions:
-            nodes[name]["node_image_version"] = versions[name]
-    head = hosts["storage_head"]["hosts"]["head"]
-    model, errors = build_model({
-        "cluster": {k[len("cluster_"):]: v for k, v in cluster.items()},
-        "head": {"name": "head", "vars": {"head_interfaces": head["head_interfaces"]}},
-        "nodes": nodes,
-        "secrets": {n: "env" for n in nodes},
-    })
+    data = lab_data()
+    for name, version in (versions or {}).items():
+        data["nodes"][name]["node_image_version"] = version
+    model, errors = build_model(data)
     assert errors == []
     return model
 
