@@ -203,7 +203,8 @@ class Config:
 _MISSING = object()
 # Informational keys of the inventory's hardware profile that the daemon does
 # not use; they are accepted so a role can render the profile verbatim.
-_PROFILE_IGNORED = {"description", "cpu_sockets", "memory", "kernel_cmdline",
+_PROFILE_IGNORED = {"description", "cpu_sockets", "cpu_cores_per_socket",
+                    "cpu_threads_per_core", "memory", "kernel_cmdline",
                     "kernel_module_blacklist", "initramfs_modules"}
 _GPU_IGNORED = {"model", "gfx_target"}
 

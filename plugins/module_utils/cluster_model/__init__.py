@@ -24,7 +24,8 @@ name (dataset, export path, boot file) is built in this package only.
 
 One module per layer, each validating its part and deriving what it needs:
 ``networks``, ``storage``, ``images`` (with the writable paths), ``hardware``
-(profiles), ``nodes`` (with the BMC endpoint), ``netboot`` and ``upgrades``.
+(profiles), ``nodes`` (with the BMC endpoint), ``netboot``, ``upgrades`` and
+``slurm`` (the scheduler's controller, partitions and node definitions).
 
 Which image version a node boots follows the image state by upgrade_plan's
 rule (``effective_versions``): the inventory's ``node_image_version`` (a pin),
@@ -34,7 +35,7 @@ the image, else the inventory's ``cluster_images.<image>.current_version``.
 
 from __future__ import annotations
 
-from . import hardware, images, netboot, networks, nodes, schema, settings, storage, upgrades
+from . import hardware, images, netboot, networks, nodes, schema, settings, slurm, storage, upgrades
 from .common import DATASET_PART_RE, MAC_RE, NAME_RE, Errors, as_dict
 from .images import FAILURE_POLICIES, VERSION_RE, WRITABLE_KINDS
 from .networks import NETWORK_ROLES, NETWORK_TITLES
@@ -72,6 +73,7 @@ def build_model(data):
     everyone = networks.check_host_duplicates(head, node_list, err)
     nodes.check_bmc_duplicates(node_list, err)
     networks.check_host_names(everyone, err)
+    slurm_conf = slurm.check_slurm(cluster, head, node_list, writable, err)
 
     ctx = upgrades.check_image_state(data, imgs, node_list, err)
     if err.items:
@@ -81,6 +83,7 @@ def build_model(data):
         "cluster": cluster, "nets": nets, "writable": writable, "profiles": profiles,
         "images": imgs, "pool": pool, "data_sets": data_sets, "policy": policy,
         "nfs_version": nfs_version, "head": head, "nodes": node_list, "ctx": ctx,
+        "slurm": slurm_conf,
     }), []
 
 
@@ -174,6 +177,9 @@ def _derive(checked):
         "data_datasets": checked["data_sets"],
         "data_mounts": data_mounts,
         "default_dataset_properties": dict(DEFAULT_DATASET_PROPERTIES),
+        "slurm": slurm.derive(checked["slurm"], checked["cluster"].get("name", "junkyard"), head,
+                              out_nodes, {n["name"]: n["ssh_host_keys"]["dir"]
+                                          for n in out_nodes}),
     }
 
 

@@ -64,9 +64,11 @@ SENSORS = List(STR_OR_INT, "sensor names")
 PROFILE = Map(
     description=STR,
     cpu_sockets=INT,
+    cpu_cores_per_socket=INT,
+    cpu_threads_per_core=INT,
     gpu=Map(model=STR, count=ANY, gfx_target=ANY, max_power_w=NUM,
             pci_addresses=List(STR, "PCI addresses")),
-    memory=Map(board=Map(vendor=STR, model=STR, product=STR),
+    memory=Map(size_mib=INT, board=Map(vendor=STR, model=STR, product=STR),
                dimm_labels=List(ANY, "DIMM labels")),
     bmc=Map(supply_voltage=NUM, current_calibration=ANY, gpu_current_sensors=SENSORS,
             gpu_temp_sensors=SENSORS, cpu_temp_sensors=SENSORS, psu_status_sensors=SENSORS),
@@ -97,6 +99,12 @@ CLUSTER = {
     "data_datasets": List(Map(name=STR, properties=PROPERTIES, mount=STR), "datasets"),
     "tftp_root": STR,
     "nfs_version": ANY,
+    "slurm": Map(controller=STR,
+                 partitions=List(Map(name=STR, nodes=List(STR, "node names"),
+                                     default=Scalar("bool"), max_time=STR_OR_INT),
+                                 "partitions"),
+                 slurmd_spool_dir=STR, memory_reserve_percent=NUM,
+                 memory_reserve_min_mib=INT),
 }
 BMC = Map(address=STR, port=INT, username=STR, password=ANY)
 NODE = {
