@@ -62,9 +62,11 @@ def _node_line(node):
 
 
 def _partition_line(part):
-    return " ".join([f"PartitionName={part['name']}", f"Nodes={','.join(part['nodes'])}",
-                     f"Default={'YES' if part['default'] else 'NO'}",
-                     f"MaxTime={part['max_time']}", "State=UP"])
+    words = [f"PartitionName={part['name']}", f"Nodes={','.join(part['nodes'])}",
+             f"Default={'YES' if part['default'] else 'NO'}", f"MaxTime={part['max_time']}"]
+    if part.get("def_mem_per_cpu"):
+        words.append(f"DefMemPerCPU={part['def_mem_per_cpu']}")
+    return " ".join([*words, "State=UP"])
 
 
 def slurm_conf(slurm, state_save_location="/var/lib/slurm/slurmctld",
@@ -99,6 +101,9 @@ def slurm_conf(slurm, state_save_location="/var/lib/slurm/slurmctld",
         "# A node that stopped answering (a reboot) is back in service when it",
         "# registers with its definition; a node drained by an operator stays drained.",
         "ReturnToService=1",
+        "# Memory is scheduled (CR_Core_Memory): a job that asks for none gets",
+        "# DefMemPerCPU of its partition (the smallest share of its nodes), not a",
+        "# whole node.",
         "",
         *(_node_line(n) for n in slurm["nodes"]),
         "",

@@ -53,13 +53,17 @@ GresTypes=gpu
 # A node that stopped answering (a reboot) is back in service when it
 # registers with its definition; a node drained by an operator stays drained.
 ReturnToService=1
+# Memory is scheduled (CR_Core_Memory): a job that asks for none gets
+# DefMemPerCPU of its partition (the smallest share of its nodes), not a
+# whole node.
 
 NodeName=node01 NodeAddr=10.77.0.11 CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 \
 RealMemory=1024 State=UNKNOWN
 NodeName=node02 NodeAddr=10.77.0.12 CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 \
 RealMemory=1024 State=UNKNOWN
 
-PartitionName=gpu Nodes=node01,node02 Default=YES MaxTime=UNLIMITED State=UP
+PartitionName=gpu Nodes=node01,node02 Default=YES MaxTime=UNLIMITED DefMemPerCPU=1024 \
+State=UP
 """
 
 
@@ -83,8 +87,9 @@ def test_the_examples_nodes_partitions_and_gpus():
         *(f"NodeName=gpu0{i} NodeAddr=10.20.0.1{i} {z20}" for i in range(1, 7)),
         "NodeName=gpu07 NodeAddr=10.20.0.17 CPUs=256 Sockets=2 CoresPerSocket=64 "
         "ThreadsPerCore=2 RealMemory=498073 Gres=gpu:mi100:8 State=UNKNOWN",
+        # gpu07 has twice the CPUs for the same memory: its share is the partition's
         "PartitionName=gpu Nodes=gpu01,gpu02,gpu03,gpu04,gpu05,gpu06,gpu07 Default=YES "
-        "MaxTime=UNLIMITED State=UP"]
+        "MaxTime=UNLIMITED DefMemPerCPU=1945 State=UP"]
     z20_nodes = "gpu01,gpu02,gpu03,gpu04,gpu05,gpu06"
     assert slurm_gres_conf(slurm) == (
         "# hardware profile g292-z20: its GPUs in GPU order\n"
@@ -102,8 +107,10 @@ def test_partitions_of_the_inventory_are_rendered_in_order():
         {"name": "one", "nodes": ["node02"], "default": True, "max_time": "2-00:00:00"}]}
     lines = slurm_conf(_slurm(data)).splitlines()
     assert lines[-2:] == [
-        "PartitionName=short Nodes=node01,node02 Default=NO MaxTime=1:00:00 State=UP",
-        "PartitionName=one Nodes=node02 Default=YES MaxTime=2-00:00:00 State=UP"]
+        "PartitionName=short Nodes=node01,node02 Default=NO MaxTime=1:00:00 DefMemPerCPU=1024 "
+        "State=UP",
+        "PartitionName=one Nodes=node02 Default=YES MaxTime=2-00:00:00 DefMemPerCPU=1024 "
+        "State=UP"]
 
 
 def test_a_profile_of_a_few_gpus_gets_that_many_render_nodes():
@@ -116,6 +123,15 @@ def test_a_profile_of_a_few_gpus_gets_that_many_render_nodes():
         "# hardware profile lab-vm: its GPUs in GPU order\n"
         "NodeName=node01,node02 Name=gpu Type=mi50 File=/dev/dri/renderD128 Flags=amd_gpu_env\n"
         "NodeName=node01,node02 Name=gpu Type=mi50 File=/dev/dri/renderD129 Flags=amd_gpu_env\n")
+
+
+def test_the_default_memory_per_cpu_is_the_smallest_share_of_the_partitions_nodes():
+    data = example_data()
+    data["cluster"]["slurm"] = {"partitions": [
+        {"name": "z20", "nodes": ["gpu01", "gpu02"]}, {"name": "all"}]}
+    lines = slurm_conf(_slurm(data)).splitlines()
+    assert lines[-2].endswith(" DefMemPerCPU=3891 State=UP")  # 498073 MiB / 128 CPUs
+    assert lines[-1].endswith(" DefMemPerCPU=1945 State=UP")  # 498073 MiB / 256 CPUs
 
 
 def test_a_node_whose_profile_does_not_state_its_cpus_is_refused():

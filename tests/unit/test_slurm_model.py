@@ -57,7 +57,8 @@ def test_the_lab_gets_one_default_partition_and_the_head_as_controller():
     assert slurm["cluster_name"] == "jylab"
     assert slurm["controller"] == {"name": "head", "address": "10.77.0.1"}
     assert slurm["partitions"] == [{"name": "gpu", "nodes": ["node01", "node02"],
-                                    "default": True, "max_time": "UNLIMITED"}]
+                                    "default": True, "max_time": "UNLIMITED",
+                                    "def_mem_per_cpu": 1024}]
     assert slurm["slurmd_spool_dir"] == "/run/slurmd"
     # 1536 MiB less the minimum reserve of 512 MiB (5 % would be 77)
     assert slurm["nodes"][0] == {
@@ -95,8 +96,10 @@ def test_partitions_controller_and_options_from_the_inventory():
         "memory_reserve_percent": 10, "memory_reserve_min_mib": 0}))
     assert slurm["controller"] == {"name": "node02", "address": "10.77.0.12"}
     assert slurm["partitions"] == [
-        {"name": "short", "nodes": ["node01", "node02"], "default": False, "max_time": "1:00:00"},
-        {"name": "long", "nodes": ["node02"], "default": True, "max_time": "4320"}]
+        {"name": "short", "nodes": ["node01", "node02"], "default": False, "max_time": "1:00:00",
+         "def_mem_per_cpu": 1382},
+        {"name": "long", "nodes": ["node02"], "default": True, "max_time": "4320",
+         "def_mem_per_cpu": 1382}]
     assert slurm["slurmd_spool_dir"] == "/var/log/slurmd"
     assert slurm["nodes"][0]["real_memory"] == 1536 - 154
 
@@ -112,8 +115,10 @@ def test_a_profile_without_cpus_or_memory_gives_an_incomplete_definition():
     prof = data["cluster"]["hardware_profiles"]["lab-vm"]
     del prof["cpu_cores_per_socket"]
     del prof["memory"]["size_mib"]
-    node = _model(data)["nodes"][0]
+    slurm = _model(data)
+    node = slurm["nodes"][0]
     assert node["cpus"] is None and node["real_memory"] is None
+    assert slurm["partitions"][0]["def_mem_per_cpu"] is None
     assert incomplete(node) == ["cpu_cores_per_socket", "memory.size_mib"]
 
 

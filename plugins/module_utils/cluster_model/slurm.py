@@ -235,6 +235,16 @@ def check_slurm(cluster, head, node_list, writable, err):
     }
 
 
+def _def_mem_per_cpu(members):
+    """A job's memory per CPU when it asks for none (with memory a consumable
+    resource, Slurm would give it the whole node, and a second job could not
+    share the node's GPUs): the smallest share of the partition's nodes, or None
+    when a node's definition lacks its CPUs or memory."""
+    shares = [n["real_memory"] // n["cpus"] for n in members
+              if n["real_memory"] is not None and n["cpus"]]
+    return min(shares) if shares and len(shares) == len(members) else None
+
+
 def derive(checked, cluster_name, head, nodes, export_root_nodes):
     """The model's ``slurm`` section.  ``export_root_nodes``: node name -> the
     head's directory of the node's host key dataset (``ssh_host_keys.dir``)."""
@@ -247,12 +257,15 @@ def derive(checked, cluster_name, head, nodes, export_root_nodes):
         definition = checked["definitions"][n["profile"]]
         out_nodes.append({"name": n["name"], "address": n["mgmt"]["ip"],
                           **{k: v for k, v in definition.items()}})
+    defs = {n["name"]: n for n in out_nodes}
+    partitions = [{**p, "def_mem_per_cpu": _def_mem_per_cpu([defs[m] for m in p["nodes"]])}
+                  for p in checked["partitions"]]
     return {
         "cluster_name": cluster_name,
         "controller": {"name": controller, "address": address},
         "slurmd_spool_dir": checked["slurmd_spool_dir"],
         "nodes": out_nodes,
-        "partitions": checked["partitions"],
+        "partitions": partitions,
         "munge_key": {
             "node_path": posixpath.join(images.SSH_HOST_KEYS["path"], MUNGE_KEY_FILE),
             "head_paths": [{"node": name, "path": posixpath.join(d, MUNGE_KEY_FILE)}
