@@ -256,7 +256,7 @@ def derive(checked, cluster_name, head, nodes, export_root_nodes):
     for n in nodes:
         definition = checked["definitions"][n["profile"]]
         out_nodes.append({"name": n["name"], "address": n["mgmt"]["ip"],
-                          **{k: v for k, v in definition.items()}})
+                          **definition})
     defs = {n["name"]: n for n in out_nodes}
     partitions = [{**p, "def_mem_per_cpu": _def_mem_per_cpu([defs[m] for m in p["nodes"]])}
                   for p in checked["partitions"]]
