@@ -188,7 +188,8 @@ def rising_load(sim, stop: threading.Event) -> None:
         stop.wait(1.0)
 
 
-def front_update_gaps(sim, seconds: float) -> tuple[list[float], int]:
+def front_updates(sim, seconds: float) -> list[int]:
+    """The front zone's duties commanded while GPU0's load rises and falls."""
     stop = threading.Event()
     t = threading.Thread(target=rising_load, args=(sim, stop))
     start = time.time()
@@ -198,10 +199,16 @@ def front_update_gaps(sim, seconds: float) -> tuple[list[float], int]:
     finally:
         stop.set()
         t.join()
-    end = time.time()
-    front = [r.time for r in sim.fan_commands(start) if duty(r)[0] == FRONT]
-    gaps = [b - a for a, b in zip([start, *front], [*front, end], strict=True)]
-    return gaps, len(front)
+    return [duty(r)[1] for r in sim.fan_commands(start) if duty(r)[0] == FRONT]
+
+
+def assert_regulated(duties: list[int]) -> None:
+    # Regulating means following the load: several different duties, and never
+    # the fail-safe 100 % that a zone gets once its input is older than the
+    # deadline. (No wall-clock bound: the deadline is the daemon's to keep.)
+    assert len(duties) >= 4, f"front zone commands: {duties}"
+    assert len(set(duties)) >= 3, f"front zone commands: {duties}"
+    assert 100 not in duties, f"front zone commands: {duties}"
 
 
 def test_two_of_three_requests_dropped_at_default_settings(tmp_path, sim, run_daemon):
@@ -209,10 +216,9 @@ def test_two_of_three_requests_dropped_at_default_settings(tmp_path, sim, run_da
     wait_for(lambda: settled(sim), 60, "initial duties", d)
     faults_at = time.time()
     sim.set_faults(drop_count=2, drop_every=3, log_all=True)
-    gaps, updates = front_update_gaps(sim, 20)
+    duties = front_updates(sim, 20)
     assert sum(r.result == "drop" for r in sim.oem_log(faults_at)) >= 30  # faults happened
-    assert updates >= 4
-    assert max(gaps) <= 5.0, f"gaps between front zone updates: {gaps}"
+    assert_regulated(duties)
     assert "BMC does not answer" not in d.text()
     assert d.proc.poll() is None
 
@@ -227,9 +233,7 @@ def test_bmc_answering_in_150_ms_at_default_settings(tmp_path, sim, run_daemon):
     sim.set_gpu_current(2, 22.0)
     wait_for(lambda: any(duty(r) == (FRONT, 38) for r in sim.fan_commands(slow_at)), 60,
              "regulation at 150 ms per request", d)
-    gaps, updates = front_update_gaps(sim, 20)
-    assert updates >= 4
-    assert max(gaps) <= 5.0, f"gaps between front zone updates: {gaps}"
+    assert_regulated(front_updates(sim, 20))
     assert d.proc.poll() is None
 
 
