@@ -70,10 +70,10 @@ def test_boot_entries_follow_the_state_given_as_variable(tmp_path):
     model = _model(_load_lab(), tmp_path, {"cluster_image_state": state})
     cmd = _cmdlines(model)
     # node01 follows the state's current version (the inventory says v1) ...
-    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v2,vers=3,tcp" in cmd["node01"]
+    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v2,vers=3,tcp,nocto" in cmd["node01"]
     assert "junkyard.image=bookworm/v2" in cmd["node01"]
     # ... node02 its override
-    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp" in cmd["node02"]
+    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp,nocto" in cmd["node02"]
     assert "junkyard.image=bookworm/v1" in cmd["node02"]
     assert model["images"]["bookworm"]["current_version"] == "v2"
     assert {e["path"] for e in model["exports"] if "/images/" in e["path"]} == {
@@ -88,9 +88,9 @@ def test_boot_entries_follow_the_state_file_read_on_the_head(tmp_path):
     _node(inv, "node02")["node_image_version"] = "v1"  # a pin beats the state
     model = _model(inv, tmp_path, {})
     cmd = _cmdlines(model)
-    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v2,vers=3,tcp" in cmd["node01"]
+    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v2,vers=3,tcp,nocto" in cmd["node01"]
     assert "junkyard.image=bookworm/v2" in cmd["node01"]
-    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp" in cmd["node02"]
+    assert "nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp,nocto" in cmd["node02"]
     assert "junkyard.image=bookworm/v1" in cmd["node02"]
     assert [n["image_version_source"] for n in model["nodes"]] == ["state", "pin"]
     assert model["image_state"] == PROMOTED

@@ -287,9 +287,9 @@ def test_boot_entry_names_the_version_and_the_grub_file():
     assert boot["grub_config"] == "grub/grub.cfg-01-aa-bb-cc-dd-ee-01"
     assert boot["kernel"] == "/images/deb/v2/boot/vmlinuz"
     assert boot["cmdline"] == (
-        "root=/dev/nfs nfsroot=10.20.0.1:/tank/images/deb/v2,vers=3,tcp "
+        "root=/dev/nfs nfsroot=10.20.0.1:/tank/images/deb/v2,vers=3,tcp,nocto "
         "ip=10.20.0.5::10.20.0.254:255.255.255.0:n1::off BOOTIF=01-aa-bb-cc-dd-ee-01 ro "
-        "junkyard.node=n1 junkyard.image=deb/v2 quiet")
+        "fastboot junkyard.node=n1 junkyard.image=deb/v2 quiet")
 
 
 def test_initramfs_modules_are_every_booting_profiles_or_none():

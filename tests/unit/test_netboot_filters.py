@@ -99,8 +99,8 @@ def test_grub_entries_from_the_lab_model():
     # the model's command line, word for word (nothing in it needs quoting)
     assert e["args"] == model["nodes"][0]["boot"]["cmdline"]
     assert e["args"] == (
-        "root=/dev/nfs nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp "
-        "ip=10.77.0.11:::255.255.255.0:node01::off BOOTIF=01-52-54-00-77-00-11 ro "
+        "root=/dev/nfs nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp,nocto "
+        "ip=10.77.0.11:::255.255.255.0:node01::off BOOTIF=01-52-54-00-77-00-11 ro fastboot "
         "junkyard.node=node01 junkyard.image=bookworm/v1 console=ttyS0,115200 "
         "modprobe.blacklist=floppy,pcspkr,ata_piix,ata_generic,pata_acpi,psmouse,serio_raw,"
         "i2c_piix4,qemu_fw_cfg,kvm,kvm_amd,kvm_intel,ccp,aesni_intel,ghash_clmulni_intel,"
