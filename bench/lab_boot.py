@@ -14,9 +14,11 @@ Variants, measured side by side in one run:
 
   now     the node's boot entry as site.yml wrote it (kernel and initrd over
           HTTP, the profile's module blacklist on the command line)
-  before  the node's GRUB file with its TFTP entry as the default and no
-          module blacklist (the bench edits it on the head and puts it back;
-          the image's smaller initramfs is not undone)
+  before  the node's GRUB file with its TFTP entry as the default, no module
+          blacklist, the root mounted with close-to-open consistency (no
+          nocto) and fsck not skipped (no fastboot) (the bench edits it on the
+          head and puts it back; the image's smaller initramfs and the
+          services kept out of its runlevels are not undone)
 
 From what each boot fetched (nginx's access log and dnsmasq's TFTP log on the
 head) it takes the bytes per node, and projects how long N nodes booting at
@@ -158,12 +160,14 @@ def grub_file(node) -> str:
 
 
 def set_variant(lab, node, variant: str) -> None:
-    """before: the node's GRUB file boots its TFTP entry with no module blacklist (a copy
-    of the file as site.yml wrote it is kept beside it); now: the copy is put back."""
+    """before: the node's GRUB file boots its TFTP entry with no module blacklist, no
+    nocto and no fastboot (a copy of the file as site.yml wrote it is kept beside it);
+    now: the copy is put back."""
     path = grub_file(node)
     if variant == "before":
         cmd = (f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
-               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' {path}")
+               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' -e 's/,nocto / /' "
+               f"-e 's/ fastboot / /' {path}")
     else:
         cmd = f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi"
     res = lab.ssh(cmd)
@@ -180,7 +184,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--variants", default="now,before",
-                    help="comma-separated: now (as deployed), before (TFTP, no blacklist)")
+                    help="comma-separated: now (as deployed), before (TFTP, no blacklist, "
+                         "no nocto, no fastboot)")
     ap.add_argument("--nodes", default="", help="comma-separated node names (default: all)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-image", action="store_true")

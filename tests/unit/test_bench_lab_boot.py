@@ -3,6 +3,7 @@ prints are computed from what the head logged (a wrong parse would print wrong f
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -83,3 +84,42 @@ def test_many_nodes_over_http_are_link_bound_and_tftp_is_worse():
     # dnsmasq's packet rate caps TFTP below the link
     assert tftp == pytest.approx(600 * -(-34_060_000 // 1024) / 50000)
     assert tftp > http
+
+
+class _HeadShell:
+    """The bench's ``lab``: its ``ssh`` runs the command in a local shell (sed on a file)."""
+
+    def ssh(self, command):
+        return subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                              check=False)
+
+
+def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monkeypatch):
+    # node01's GRUB file as the role's template renders it from the lab model
+    from ansible_collections.junkyard.cluster.plugins.filter import netboot as nb
+    from test_netboot_filters import lab_model
+    from test_netboot_grub_files import TEMPLATE, run_playbook
+
+    entry = nb.netboot_grub_entries(lab_model()["nodes"])[0]
+    grub = tmp_path / "grub.cfg-01-node01"
+    run_playbook(tmp_path, {"item": entry, "netboot_grub_timeout": 5}, [{
+        "name": "Render node01's file", "ansible.builtin.template": {
+            "src": str(TEMPLATE), "dest": str(grub), "mode": "0644"}}])
+    text = grub.read_text()
+    monkeypatch.setattr(lab_boot, "grub_file", lambda node: str(grub))
+    node = type("Node", (), {"name": "node01"})()
+    linux = [ln for ln in text.splitlines() if ln.strip().startswith("linux ")]
+    assert len(linux) == 3 and all(",nocto " in ln and " fastboot " in ln
+                                   and "modprobe.blacklist=" in ln for ln in linux), linux
+
+    lab_boot.set_variant(_HeadShell(), node, "before")
+    edited = grub.read_text()
+    assert "set default=2\n" in edited and "set default=0\n" not in edited
+    linux = [ln for ln in edited.splitlines() if ln.strip().startswith("linux ")]
+    assert len(linux) == 3, edited
+    for line in linux:
+        assert "nocto" not in line and "fastboot" not in line and "blacklist" not in line, line
+        assert ",vers=3,tcp ip=" in line and " ro junkyard.node=node01 " in line, line
+
+    lab_boot.set_variant(_HeadShell(), node, "now")
+    assert grub.read_text() == text
