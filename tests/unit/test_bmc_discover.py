@@ -183,7 +183,13 @@ def test_discover_playbook_writes_the_proposal_for_the_node(sm8gpu, tmp_path):
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
     node = hosts["all"]["children"]["gpu_nodes"]["hosts"]["node01"]
     node["node_bmc"]["port"] = sm8gpu.port
+    # the example's shape: the password only in node_bmc_defaults (group_vars)
+    password = node["node_bmc"].pop("password")
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    group_vars = inv / "group_vars" / "gpu_nodes.yml"
+    gpu_vars = yaml.safe_load(group_vars.read_text())
+    gpu_vars["node_bmc_defaults"] = {**gpu_vars.get("node_bmc_defaults", {}), "password": password}
+    group_vars.write_text(yaml.safe_dump(gpu_vars, sort_keys=False))
     pdd = tmp_path / "runner"
     pdd.mkdir()
     r = ansible_runner.run(
