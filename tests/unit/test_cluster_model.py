@@ -207,7 +207,7 @@ def test_boot_entry_follows_the_image_state(state, pins, version, source):
     assert n1["image_version"] == version
     assert n1["image_version_source"] == source
     cmdline = n1["boot"]["cmdline"].split()
-    assert f"nfsroot=10.77.0.1:/tank/images/bookworm/{version},vers=3,tcp" in cmdline
+    assert f"nfsroot=10.77.0.1:/tank/images/bookworm/{version},vers=3,tcp,nocto" in cmdline
     assert f"junkyard.image=bookworm/{version}" in cmdline
     assert n1["root_path"] == f"/tank/images/bookworm/{version}"
     assert n1["image_dataset"] == f"tank/images/bookworm/{version}"
