@@ -8,14 +8,6 @@ from __future__ import annotations
 
 GRUB_CONFIG_PREFIX = "grub/grub.cfg-01-"
 
-# The root image's NFS options.  nocto: an image version does not change under
-# the nodes that boot it (changes are new versions, booted by a reboot), so
-# open() need not ask the head for fresh attributes every time (close-to-open
-# consistency); the attribute cache's own timeouts (the defaults, at most 60 s)
-# still apply.  A boot then makes about a tenth of the GETATTR calls (lab: 9486
-# -> 734 from power-on to SSH).
-ROOT_NFS_OPTIONS = "vers={vers},tcp,nocto"
-
 
 def grub_config(mac):
     """The node's GRUB file relative to the TFTP root: GRUB's net_default_mac with
@@ -33,7 +25,13 @@ def boot_entry(node, version, profile, mgmt_net, head_ip, nfs_version):
     :func:`images.version_names`)."""
     cmdline = [
         "root=/dev/nfs",
-        f"nfsroot={head_ip}:{version['path']},{ROOT_NFS_OPTIONS.format(vers=nfs_version)}",
+        # nocto: an image version does not change under the nodes that boot it (a
+        # change is a new version, booted by a reboot), so open() need not ask the
+        # head for fresh attributes every time (close-to-open consistency); the
+        # attribute cache's own timeouts (the defaults, at most 60 s) still apply.
+        # A boot then makes about a tenth of the GETATTR calls (lab: 9486 -> 734
+        # from power-on to SSH).
+        f"nfsroot={head_ip}:{version['path']},vers={nfs_version},tcp,nocto",
         kernel_ip_arg(node["mgmt"]["ip"], mgmt_net, node["name"]),
         "BOOTIF=01-" + node["mgmt"]["mac"].replace(":", "-"),
         "ro",
