@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.parsing.vault import VaultHelper
 from ansible.plugins.action import ActionBase
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import (
@@ -50,6 +50,24 @@ def secret_verdict(value, raw_vars, depth=0):
     if ref and depth < 5 and ref.group(1) in raw_vars:
         return secret_verdict(raw_vars[ref.group(1)], raw_vars, depth + 1)
     return "plain"
+
+
+def render(templar, value, field, problems):
+    """``value`` templated leaf by leaf; a leaf that cannot be templated (an undefined
+    variable, a bad expression) is left out (None) and reported in ``problems`` as
+    (field, value as written, problem), so that every such leaf is named, not the
+    first one only, and in the model's form."""
+    if isinstance(value, dict):
+        return {k: render(templar, v, f"{field}.{k}", problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(templar, v, f"{field}[{i}]", problems) for i, v in enumerate(value)]
+    try:
+        return templar.template(value)
+    except AnsibleError as exc:
+        reason = (getattr(exc, "message", "") or str(exc)).strip().splitlines()
+        problems.append((field, value, "cannot be templated: "
+                         + (reason[0] if reason else type(exc).__name__)))
+        return None
 
 
 def role_variables(roles=ROLES):
@@ -113,11 +131,13 @@ class ActionModule(ActionBase):
         groups = task_vars.get("groups", {})
         hostvars = task_vars["hostvars"]
 
-        cluster = {}
+        cluster, unrendered = {}, []
+        problems = []
         for key in CLUSTER_KEYS:
             name = f"cluster_{key}"
             if name in task_vars:
-                cluster[key] = self._templar.template(task_vars[name])
+                cluster[key] = render(self._templar, task_vars[name], name, problems)
+        unrendered += [("cluster", *p) for p in problems]
 
         heads = groups.get(head_group, [])
         head = {}
@@ -126,9 +146,12 @@ class ActionModule(ActionBase):
         if len(heads) == 1:
             raw = hostvars.raw_get(heads[0])
             variables[heads[0]] = sorted(k for k in raw if k.startswith(NAMESPACES))
+            problems = []
             head = {"name": heads[0],
-                    "vars": {"head_interfaces": self._templar.copy_with_new_env(
-                        available_variables=raw).template(raw.get("head_interfaces"))}}
+                    "vars": {"head_interfaces": render(
+                        self._templar.copy_with_new_env(available_variables=raw),
+                        raw.get("head_interfaces"), "head_interfaces", problems)}}
+            unrendered += [(heads[0], *p) for p in problems]
         elif len(heads) > 1:
             errors.append(f"cluster: the group {head_group} holds {len(heads)} hosts "
                           f"({', '.join(heads)}); it must hold exactly one storage head")
@@ -140,23 +163,27 @@ class ActionModule(ActionBase):
             raw = hostvars.raw_get(host)
             variables[host] = sorted(k for k in raw if k.startswith(NAMESPACES))
             templar = self._templar.copy_with_new_env(available_variables=raw)
-            node = {key: templar.template(raw.get(key)) for key in NODE_KEYS}
+            problems = []
+            node = {key: render(templar, raw.get(key), key, problems) for key in NODE_KEYS}
             # The one merge of node_bmc_defaults and node_bmc (the bmc_login filter
             # takes the password from the same function).
             bmc_raw = merge_bmc(raw.get("node_bmc_defaults"), raw.get("node_bmc"))
             # As written, for the check of their keys (the password's value stays here).
             node["_bmc_sources"] = {
-                key: ({k: (None if k == "password" else templar.template(v))
+                key: ({k: (None if k == "password" else render(templar, v, f"{key}.{k}",
+                                                               problems))
                        for k, v in raw[key].items()} if isinstance(raw[key], dict)
-                      else templar.template(raw[key]))
+                      else render(templar, raw[key], key, problems))
                 for key in ("node_bmc", "node_bmc_defaults") if key in raw}
             if isinstance(bmc_raw, dict):
-                node["node_bmc"] = {k: templar.template(v) for k, v in bmc_raw.items()
-                                    if k != "password"}
+                # (each leaf's problem is reported above, as written)
+                node["node_bmc"] = {k: render(templar, v, f"node_bmc.{k}", [])
+                                    for k, v in bmc_raw.items() if k != "password"}
                 secrets[host] = secret_verdict(bmc_raw.get("password"), raw)
             else:
                 node["node_bmc"] = bmc_raw
             nodes[host] = node
+            unrendered += [(host, *p) for p in problems]
 
         state, state_file, state_errors = image_state(
             self._task.args, head.get("name") or head_group)
@@ -164,7 +191,8 @@ class ActionModule(ActionBase):
         model, model_errors = build_model(
             {"cluster": cluster, "head": head, "nodes": nodes, "secrets": secrets,
              "image_state": state, "image_state_file": state_file,
-             "variables": variables, "role_variables": role_variables()})
+             "variables": variables, "role_variables": role_variables(),
+             "unrendered": unrendered})
         errors.extend(model_errors)
         if errors:
             raise AnsibleActionFail(

@@ -475,6 +475,26 @@ def m_password_with_default(inv):
         "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD', default='hunter2') }}")
 
 
+# --- values that cannot be templated: named in the model's form, all at once ---
+
+
+def m_undefined_in_cluster_variable(inv):
+    # (Ansible checked the role's options first and stopped at this one, without the others)
+    inv["cluster"]["cluster_apt_proxy"] = "http://{{ proxy_host }}:3142"
+
+
+def m_undefined_in_node_variable(inv):
+    _node(inv, "node02")["node_interfaces"]["mgmt"]["ip"] = "{{ node02_mgmt_ip }}"
+
+
+def m_bad_expression_in_head_variable(inv):
+    _head(inv)["head_interfaces"]["data"]["ip"] = "{{ 10.78.0.1 }"
+
+
+def m_undefined_in_group_variable(inv):
+    inv["nodes_group"]["node_bmc_defaults"] = {"username": "{{ bmc_user }}"}
+
+
 CASES = [
     (m_dup_mgmt_mac, "node02: node_interfaces.mgmt.mac 52:54:00:77:00:11 is already used by "
      "node01 (node_interfaces.mgmt.mac) on the management network"),
@@ -626,6 +646,14 @@ CASES = [
      "in its environment lookup"),
     (m_device_with_space, "head: head_interfaces.data.device enp65s0f0 is not a network "
      "interface name"),
+    (m_undefined_in_cluster_variable, "cluster: cluster_apt_proxy http://{{ proxy_host }}:3142 "
+     "cannot be templated: 'proxy_host' is undefined"),
+    (m_undefined_in_node_variable, "node02: node_interfaces.mgmt.ip {{ node02_mgmt_ip }} cannot "
+     "be templated: 'node02_mgmt_ip' is undefined"),
+    (m_bad_expression_in_head_variable, "head: head_interfaces.data.ip {{ 10.78.0.1 } cannot be "
+     "templated: "),
+    (m_undefined_in_group_variable, "gpu_nodes: node_bmc_defaults.username {{ bmc_user }} cannot "
+     "be templated: 'bmc_user' is undefined"),
 ]
 
 
@@ -739,7 +767,8 @@ def test_bad_inventory_is_refused(tmp_path, mutate, expected):
 # Mutations whose refusals are unrelated: one run must report every one of them.
 TOGETHER = [m_draid_spare, m_sensors_string, m_mac_as_number, m_port_as_string, m_bad_mac,
             m_bad_version, m_unknown_node_variable, m_two_zones_one_fan,
-            m_bmc_overlaps_data, m_unknown_cluster_variable]
+            m_bmc_overlaps_data, m_unknown_cluster_variable, m_undefined_in_cluster_variable,
+            m_undefined_in_node_variable]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):

@@ -156,3 +156,26 @@ def test_a_bmc_defaults_key_every_node_shares_is_reported_once_and_no_password_s
     errors = _errors(mutate)
     assert errors == ["gpu_nodes: node_bmc_defaults usrname is not a known key (did you mean "
                       "username?); known keys: address, port, username, password"]
+
+
+def test_a_value_that_cannot_be_templated_is_named_once_and_its_field_says_nothing_more():
+    # the action leaves the value out (None) and tells the model what it could not template
+    def mutate(data):
+        data["nodes"]["node02"]["node_interfaces"]["mgmt"]["ip"] = None
+        data["cluster"]["networks"] = None
+        data["unrendered"] = [
+            ("node02", "node_interfaces.mgmt.ip", "{{ ip2 }}",
+             "cannot be templated: 'ip2' is undefined"),
+            ("cluster", "cluster_networks", "{{ nets }}",
+             "cannot be templated: 'nets' is undefined")]
+    errors = _errors(mutate)
+    assert errors == [
+        "node02: node_interfaces.mgmt.ip {{ ip2 }} cannot be templated: 'ip2' is undefined",
+        "cluster: cluster_networks {{ nets }} cannot be templated: 'nets' is undefined"]
+
+
+def test_a_value_every_node_cannot_template_is_named_once_for_gpu_nodes():
+    def mutate(data):
+        data["unrendered"] = [(n, "node_bmc_defaults.username", "{{ u }}", "cannot be templated")
+                              for n in data["nodes"]]
+    assert _errors(mutate) == ["gpu_nodes: node_bmc_defaults.username {{ u }} cannot be templated"]

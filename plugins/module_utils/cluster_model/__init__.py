@@ -14,6 +14,8 @@ controller and in unit tests alike.  The input is a plain dict::
       "image_state_file": <"<head>:<path>" it was read from; None = cluster_image_state>,
       "variables": {<host>: [<names of its cluster_*, node_*, head_* variables>]},
       "role_variables": {<role>: [<the variables it declares>]},
+      "unrendered": [(<host>, <field>, <value as written>, <why it could not be
+                      templated>), ...],
     }
 
 ``build_model`` returns ``(model, errors)``.  Every error names the host (or
@@ -53,6 +55,7 @@ __all__ = [
 def build_model(data):
     """Validate ``data`` and derive the cluster model.  Returns (model, errors)."""
     err = Errors()
+    schema.report_unrendered(data.get("unrendered"), list(as_dict(data.get("nodes"))), err)
     schema.check_variables(data.get("variables"), data.get("role_variables"),
                            list(as_dict(data.get("nodes"))), err)
     schema.check_inputs(data, err)

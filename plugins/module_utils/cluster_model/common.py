@@ -33,18 +33,31 @@ class Errors:
     def __init__(self):
         self.items = []
         self._seen = set()
+        self._closed = set()
         self.entries = []
 
     def add(self, where, field, value, problem):
         """One problem; a second one about the same host, field and value (a shape
-        refusal, then the layer's own check of that value) is left out."""
+        refusal, then the layer's own check of that value) is left out, and so is
+        every problem about a field that is closed (see :meth:`close`)."""
         key = (where, field, fmt(value))
-        if key in self._seen:
+        if key in self._seen or self._is_closed(where, field):
             return
         self._seen.add(key)
         self.entries.append((where, field, fmt(value), problem))
         field = f"{field} " if field else ""
         self.items.append(f"{where}: {field}{fmt(value)} {problem}")
+
+    def close(self, where, field):
+        """Report nothing more about ``where``'s ``field`` and what it holds (its
+        value could not be read: what the layers would say of it is noise)."""
+        self._closed.add((where, field))
+
+    def _is_closed(self, where, field):
+        if not field or not self._closed:
+            return False
+        return any((where, f) in self._closed
+                   for f in [field] + [field[:i] for i, c in enumerate(field) if c in ".["])
 
     def seen(self, where, field, value):
         """Take a problem about ``where``'s ``field`` ``value`` as reported."""

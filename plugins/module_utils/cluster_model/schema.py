@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 
-from .common import Errors, as_dict
+from .common import Errors, as_dict, fmt
 
 NAMESPACES = ("cluster_", "node_", "head_")
 
@@ -239,6 +239,27 @@ def check_inputs(data, err):
                 err.add(name, field, value, problem)
     for field, value, problem in sorted(common, key=str):
         err.add("gpu_nodes", field, value, problem)
+
+
+def report_unrendered(unrendered, node_names, err):
+    """The values the action could not template, ``[(host, field, value as written,
+    problem)]``: each reported once (one every node has, a group variable, for
+    gpu_nodes), and nothing more is said about those fields."""
+    entries = [tuple(e) for e in unrendered or [] if isinstance(e, (list, tuple)) and len(e) == 4]
+    nodes = set(node_names)
+    per_node = {}
+    for host, field, value, problem in entries:
+        if host in nodes:
+            per_node.setdefault(host, set()).add((field, fmt(value), problem))
+    common = (set.intersection(*per_node.values())
+              if len(nodes) > 1 and set(per_node) == nodes else set())
+    for field, value, problem in sorted(common):
+        err.add("gpu_nodes", field, value, problem)
+        err.close("gpu_nodes", field)
+    for host, field, value, problem in entries:
+        if host not in nodes or (field, fmt(value), problem) not in common:
+            err.add(host, field, value, problem)
+        err.close(host, field)
 
 
 def _role_of(name, role_variables):
