@@ -475,6 +475,79 @@ def m_password_with_default(inv):
         "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD', default='hunter2') }}")
 
 
+def m_data_mount_relative(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mount"] = "data/scratch"
+
+
+def m_password_with_default_filter(inv):
+    _node(inv, "node01")["node_bmc"]["password"] = (
+        "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD')"
+        " | default('hunter2', true) }}")
+
+
+def m_pool_property_sharenfs(inv):
+    inv["cluster"]["cluster_pool"]["properties"] = {"sharenfs": "on"}
+
+
+def m_data_property_sharesmb(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["properties"]["sharesmb"] = "on"
+
+
+def m_head_zero_mac(inv):
+    _head(inv)["head_interfaces"]["mgmt"]["mac"] = "00-00-00-00-00-00"
+
+
+def m_two_data_mounts_on_one_path(inv):
+    inv["cluster"]["cluster_data_datasets"].append({"name": "projects", "mount": "/data/scratch"})
+
+
+def m_data_mount_inside_another(inv):
+    inv["cluster"]["cluster_data_datasets"].append({"name": "projects",
+                                                    "mount": "/data/scratch/projects"})
+
+
+def m_data_mount_on_writable_path(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mount"] = "/var/log"
+
+
+def m_data_mount_inside_tmpfs(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mount"] = "/tmp/scratch"
+
+
+def m_data_mount_over_writable_path(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mount"] = "/var/lib"
+
+
+def m_data_mount_over_dev(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["mount"] = "/dev"
+
+
+def m_tmpfs_over_run(inv):
+    inv["cluster"]["cluster_writable_paths"].append({"path": "/run", "kind": "tmpfs"})
+
+
+def m_data_mountpoint_property(inv):
+    inv["cluster"]["cluster_data_datasets"][0]["properties"]["mountpoint"] = "/srv/scratch"
+
+
+def m_pool_mountpoint_property(inv):
+    inv["cluster"]["cluster_pool"]["filesystem_properties"]["mountpoint"] = "/srv/tank"
+
+
+def m_suite_with_space(inv):
+    inv["cluster"]["cluster_images"]["bookworm"]["suite"] = "bookworm main"
+
+
+def m_profile_name_with_space(inv):
+    profiles = inv["cluster"]["cluster_hardware_profiles"]
+    profiles["lab vm"] = profiles.pop("lab-vm")
+    inv["nodes_group"]["node_profile"] = "lab vm"
+
+
+def m_gateway_is_network_address(inv):
+    inv["cluster"]["cluster_networks"]["data"]["gateway"] = "10.78.0.0"
+
+
 # --- values that cannot be templated: named in the model's form, all at once ---
 
 
@@ -646,6 +719,40 @@ CASES = [
      "in its environment lookup"),
     (m_device_with_space, "head: head_interfaces.data.device enp65s0f0 is not a network "
      "interface name"),
+    (m_data_mount_relative, "cluster: cluster_data_datasets[0].mount data/scratch is not an "
+     "absolute path"),
+    (m_password_with_default_filter, "node01: node_bmc.password <hidden> has a plain-text "
+     "default= in its environment lookup"),
+    (m_pool_property_sharenfs, "cluster: cluster_pool.properties sharenfs is refused"),
+    (m_data_property_sharesmb, "cluster: cluster_data_datasets[0].properties sharesmb is "
+     "refused"),
+    (m_head_zero_mac, "head: head_interfaces.mgmt.mac 00-00-00-00-00-00 is the all-zero MAC "
+     "address"),
+    (m_two_data_mounts_on_one_path, "cluster: cluster_data_datasets[1].mount /data/scratch is "
+     "also the mount of cluster_data_datasets[0] (/data/scratch)"),
+    (m_data_mount_inside_another, "cluster: cluster_data_datasets[1].mount "
+     "/data/scratch/projects is nested with the mount of cluster_data_datasets[0] "
+     "(/data/scratch)"),
+    (m_data_mount_on_writable_path, "cluster: cluster_data_datasets[0].mount /var/log is the "
+     "persistent writable path /var/log: the data mount would hide what the node writes there"),
+    (m_data_mount_inside_tmpfs, "cluster: cluster_data_datasets[0].mount /tmp/scratch is inside "
+     "the tmpfs writable path /tmp: its empty file system would hide the mount point"),
+    (m_data_mount_over_writable_path, "cluster: cluster_data_datasets[0].mount /var/lib "
+     "contains the persistent writable path /var/lib/rasdaemon"),
+    (m_data_mount_over_dev, "cluster: cluster_data_datasets[0].mount /dev would hide a "
+     "directory the node needs"),
+    (m_tmpfs_over_run, "cluster: cluster_writable_paths[8].path /run is where the kernel or the "
+     "initramfs mounts a file system of its own"),
+    (m_data_mountpoint_property, "cluster: cluster_data_datasets[0].properties mountpoint is "
+     "refused"),
+    (m_pool_mountpoint_property, "cluster: cluster_pool.filesystem_properties mountpoint is "
+     "refused: write cluster_pool.mountpoint"),
+    (m_suite_with_space, "cluster: cluster_images.bookworm.suite bookworm main is not a Debian "
+     "suite or code name"),
+    (m_profile_name_with_space, "cluster: cluster_hardware_profiles lab vm is not a profile "
+     "name"),
+    (m_gateway_is_network_address, "cluster: cluster_networks.data.gateway 10.78.0.0 is the "
+     "network or broadcast address of 10.78.0.0/24"),
     (m_undefined_in_cluster_variable, "cluster: cluster_apt_proxy http://{{ proxy_host }}:3142 "
      "cannot be templated: 'proxy_host' is undefined"),
     (m_undefined_in_node_variable, "node02: node_interfaces.mgmt.ip {{ node02_mgmt_ip }} cannot "
@@ -735,9 +842,16 @@ def ok_bmc_defaults_and_extra_vdevs(inv):
     inv["cluster"]["cluster_pool"]["mountpoint"] = "/srv/tank"
 
 
+def ok_data_mount_inside_an_overlay(inv):
+    # an overlay shows the image's directories, the data mount's mount point among them
+    inv["cluster"]["cluster_data_datasets"].append({"name": "state",
+                                                    "mount": "/var/lib/nfs/state"})
+
+
 ACCEPTED = [ok_one_node, ok_64_generated_nodes, ok_mixed_profiles, ok_mtu_9000_on_data,
             ok_upper_case_dash_macs, ok_pin, ok_two_images, ok_gateways,
-            ok_site_and_role_variables, ok_nothing_writable, ok_bmc_defaults_and_extra_vdevs]
+            ok_site_and_role_variables, ok_nothing_writable, ok_bmc_defaults_and_extra_vdevs,
+            ok_data_mount_inside_an_overlay]
 
 
 @pytest.mark.parametrize("mutate", ACCEPTED, ids=[m.__name__[3:] for m in ACCEPTED])

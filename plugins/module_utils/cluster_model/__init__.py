@@ -66,7 +66,7 @@ def build_model(data):
     profiles = hardware.check_profiles(cluster, err)
     imgs = images.check_images(cluster, err)
     pool = storage.check_pool(cluster, err)
-    data_sets = storage.check_data_datasets(cluster, err)
+    data_sets = storage.check_data_datasets(cluster, writable, err)
     policy = images.check_failure_policy(cluster, err)
     nfs_version = images.check_nfs_version(cluster, writable, err)
 

@@ -17,6 +17,10 @@ TABLE_FIELD_RE = re.compile(r"^[^\s#]\S*$")
 # Directories a node needs as the image has them, whole: a writable mount over one
 # of them hides the system (their subdirectories, /var/log or /etc/ssh, are fine).
 SYSTEM_DIRS = ("/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/sbin", "/usr", "/var")
+# Where the kernel and the initramfs mount file systems of their own (devtmpfs,
+# proc, sysfs, the initramfs's /run, moved onto the root at switch_root): a
+# writable path or data mount there hides them or is hidden by them.
+KERNEL_DIRS = ("/dev", "/proc", "/run", "/sys")
 # A path written into an exports line, a kernel command line or a dnsmasq file.
 PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_.@+/-]*$")
 

@@ -11,6 +11,7 @@ from .common import as_dict, as_list, is_int
 
 MODULE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
+PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def _module_list(prof, key, base, err):
@@ -120,6 +121,10 @@ def check_profiles(cluster, err):
     out = {}
     for pname, prof in raw.items():
         base = f"cluster_hardware_profiles.{pname}"
+        if not isinstance(pname, str) or not PROFILE_NAME_RE.fullmatch(pname):
+            err.add("cluster", "cluster_hardware_profiles", pname,
+                    "is not a profile name (letters, digits, _ . -: it labels the nodes' "
+                    "metrics and alert rules)")
         prof = as_dict(prof)
         count, gfx_target = _check_gpus(base, prof, err)
         _check_bmc_sensors(base, prof, count, err)

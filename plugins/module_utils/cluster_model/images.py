@@ -12,7 +12,7 @@ import re
 from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan
 
 from . import storage
-from .common import DATASET_PART_RE, SYSTEM_DIRS, TABLE_FIELD_RE, as_dict
+from .common import DATASET_PART_RE, KERNEL_DIRS, SYSTEM_DIRS, TABLE_FIELD_RE, as_dict
 
 WRITABLE_KINDS = ("persistent", "tmpfs", "overlay")
 FAILURE_POLICIES = ("stop", "tmpfs")
@@ -21,6 +21,8 @@ NFS_VERSIONS = (3, 4)
 NFS_VERSIONS_PERSISTENT = (2, 3)
 SIZE_RE = re.compile(r"^[0-9]+[kKmMgG%]?$")
 VERSION_RE = upgrade_plan.VERSION_RE
+# a Debian suite or code name (bookworm, stable, bookworm-backports)
+SUITE_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
 def version_names(pool, export_root, tftp_root, image, version):
@@ -61,8 +63,12 @@ def check_images(cluster, err):
             err.add("cluster", f"cluster_images.{name}.current_version", version,
                     "must be a version name (letters, digits, . _ -)")
             continue
-        out[name] = {"name": name, "suite": img.get("suite", "bookworm"),
-                     "current_version": version}
+        suite = img.get("suite", "bookworm")
+        if not isinstance(suite, str) or not SUITE_RE.fullmatch(suite):
+            err.add("cluster", f"cluster_images.{name}.suite", suite,
+                    "is not a Debian suite or code name (lower-case letters, digits, - and "
+                    "., e.g. bookworm: it is written into the image's apt sources lines)")
+        out[name] = {"name": name, "suite": suite, "current_version": version}
     return out
 
 
@@ -131,6 +137,12 @@ def _check_writable_path(where, entry, seen, err):
                 f"is a directory the node needs from its image as a whole: a {kind} mount "
                 "over it hides the system; make a subdirectory writable instead "
                 "(e.g. /var/log, /etc/ssh)")
+        return None
+    if norm in KERNEL_DIRS:
+        err.add("cluster", f"{where}.path", path,
+                f"is where the kernel or the initramfs mounts a file system of its own: a "
+                f"{kind} mount there hides it or is hidden by it; make a subdirectory "
+                "writable instead (e.g. /run/junkyard)")
         return None
     if norm in seen:
         err.add("cluster", f"{where}.path", path,

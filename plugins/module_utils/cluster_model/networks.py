@@ -42,6 +42,11 @@ def check_networks(cluster, err):
             err.add("cluster", f"cluster_networks.{role}.gateway", gateway,
                     f"is not an address in {net}")
             gateway = None
+        elif gateway is not None and net.prefixlen < 31 and \
+                ip(gateway) in (net.network_address, net.broadcast_address):
+            err.add("cluster", f"cluster_networks.{role}.gateway", gateway,
+                    f"is the network or broadcast address of {net}")
+            gateway = None
         nets[role] = {
             "subnet": str(net),
             "network": str(net.network_address),

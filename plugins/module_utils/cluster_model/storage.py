@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import re
 
-from .common import DATASET_PART_RE, SYSTEM_DIRS, as_dict, as_list, check_plain_path, is_int
+from .common import (
+    DATASET_PART_RE,
+    KERNEL_DIRS,
+    SYSTEM_DIRS,
+    as_dict,
+    as_list,
+    check_plain_path,
+    is_int,
+)
 
 VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
 POOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
@@ -66,6 +74,10 @@ def check_pool(cluster, err):
                 err.add("cluster", f"cluster_pool.{group}", prop,
                         "is refused: exports are written by the nfs_exports role from the "
                         "model (a share property would export beside them)")
+    if "mountpoint" in as_dict(raw.get("filesystem_properties")):
+        err.add("cluster", "cluster_pool.filesystem_properties", "mountpoint",
+                "is refused: write cluster_pool.mountpoint (the model places every dataset "
+                "and export under it; this property would be overridden)")
     return {"name": name, "ashift": ashift,
             "properties": as_dict(raw.get("properties")),
             "filesystem_properties": as_dict(raw.get("filesystem_properties")),
@@ -139,36 +151,80 @@ def _check_draid(where, vdev, ndisks, err):
                 f"{spares} more ({data + parity + spares} > {ndisks})")
 
 
-def check_data_datasets(cluster, err):
+def check_data_datasets(cluster, writable, err):
+    """The science-data datasets; ``writable``: the checked writable paths, whose
+    mounts a data mount must neither hide nor sit in."""
     out = []
     seen = set()
+    mounts = {}
     for i, ds in enumerate(as_list(cluster.get("data_datasets", []))):
         ds = as_dict(ds)
+        where = f"cluster_data_datasets[{i}]"
         name = ds.get("name")
         if not isinstance(name, str) or not DATASET_PART_RE.match(name):
-            err.add("cluster", f"cluster_data_datasets[{i}].name", name,
-                    "is not a valid dataset name")
+            err.add("cluster", f"{where}.name", name, "is not a valid dataset name")
             continue
         if name in seen:
-            err.add("cluster", f"cluster_data_datasets[{i}].name", name, "is repeated")
+            err.add("cluster", f"{where}.name", name, "is repeated")
             continue
         mount = ds.get("mount", f"/data/{name}")
-        if check_plain_path("cluster", f"cluster_data_datasets[{i}].mount", mount,
-                            err) is None:
+        if check_plain_path("cluster", f"{where}.mount", mount, err) is None:
             continue
-        if mount.rstrip("/") in ("", *SYSTEM_DIRS):
-            err.add("cluster", f"cluster_data_datasets[{i}].mount", mount,
+        mount = mount.rstrip("/") or "/"
+        if mount in ("/", *SYSTEM_DIRS, *KERNEL_DIRS):
+            err.add("cluster", f"{where}.mount", mount,
                     "would hide a directory the node needs from its image")
             continue
-        for prop in as_dict(ds.get("properties")):
-            if str(prop).startswith("share"):
-                err.add("cluster", f"cluster_data_datasets[{i}].properties", prop,
-                        "is refused: exports are written by the nfs_exports role from the "
-                        "model (a share property would export beside them)")
+        if not _mount_fits(where, mount, mounts, writable, err):
+            continue
+        mounts[mount] = i
+        properties = as_dict(ds.get("properties"))
+        _check_data_properties(where, properties, err)
         seen.add(name)
-        out.append({"name": name, "properties": as_dict(ds.get("properties")),
-                    "mount": mount})
+        out.append({"name": name, "properties": properties, "mount": mount})
     return out
+
+
+def _nested(inner, outer):
+    return inner.startswith(outer + "/")
+
+
+def _mount_fits(where, mount, mounts, writable, err):
+    """A data mount is mounted by the booted node over a directory of the image
+    (node_network makes it there): not where another data mount or a writable path
+    is, not inside another data mount or inside a tmpfs or persistent writable path
+    (their empty file system hides the directory; an overlay shows it), and with no
+    writable path inside it (mounted at boot before it, then hidden by it)."""
+    for other, j in mounts.items():
+        if mount == other or _nested(mount, other) or _nested(other, mount):
+            err.add("cluster", f"{where}.mount", mount,
+                    f"{'is also' if mount == other else 'is nested with'} the mount of "
+                    f"cluster_data_datasets[{j}] ({other}): the later mount would hide the "
+                    "other or its mount point")
+            return False
+    for w in writable:
+        path, kind = w["path"], w["kind"]
+        hides = mount == path or _nested(path, mount)
+        if hides or (_nested(mount, path) and kind != "overlay"):
+            how = "is" if mount == path else "contains" if hides else "is inside"
+            err.add("cluster", f"{where}.mount", mount,
+                    f"{how} the {kind} writable path {path}: "
+                    + ("the data mount would hide what the node writes there" if hides
+                       else "its empty file system would hide the mount point the image has"))
+            return False
+    return True
+
+
+def _check_data_properties(where, properties, err):
+    for prop in properties:
+        if str(prop).startswith("share"):
+            err.add("cluster", f"{where}.properties", prop,
+                    "is refused: exports are written by the nfs_exports role from the "
+                    "model (a share property would export beside them)")
+        elif prop in ("mountpoint", "canmount"):
+            err.add("cluster", f"{where}.properties", prop,
+                    "is refused: the model mounts every data dataset under the pool's "
+                    "mountpoint, where it is exported (the nodes' mount point is mount)")
 
 
 def top_datasets(pool):
