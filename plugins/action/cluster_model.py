@@ -22,6 +22,7 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model imp
 )
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model.schema import (
     CLUSTER,
+    MODEL_VARIABLES,
     NAMESPACES,
 )
 
@@ -71,21 +72,37 @@ def render(templar, value, field, problems):
 
 
 def role_variables(roles=ROLES):
-    """{role: [variables]} of the collection's roles named in its namespaces
-    (node_image, node_network, cluster_model): their inputs (every entry point of
-    meta/argument_specs.yml) and their defaults."""
+    """{role: {variable: its argument specification, or None}} of the collection's
+    roles named in its namespaces (node_image, node_network, cluster_model): their
+    inputs (every entry point of meta/argument_specs.yml) and their defaults."""
     out = {}
     for role in sorted(p for p in roles.iterdir() if p.name.startswith(NAMESPACES)):
-        names = set()
+        names = {}
+        defaults = role / "defaults" / "main.yml"
+        if defaults.is_file():
+            names.update(dict.fromkeys(yaml.safe_load(defaults.read_text()) or {}))
         specs = role / "meta" / "argument_specs.yml"
         if specs.is_file():
             for entry in ((yaml.safe_load(specs.read_text()) or {})
                           .get("argument_specs") or {}).values():
                 names.update((entry or {}).get("options") or {})
-        defaults = role / "defaults" / "main.yml"
-        if defaults.is_file():
-            names.update(yaml.safe_load(defaults.read_text()) or {})
-        out[role.name] = sorted(names)
+        out[role.name] = dict(sorted(names.items()))
+    return out
+
+
+def role_values(templar, raw, names, role_vars):
+    """{name: value} of the collection's roles' variables among ``names`` that the
+    host's variables ``raw`` set, templated; a value that cannot be templated yet
+    (it may name what the role itself defines, e.g. cluster_model) is left to the
+    role."""
+    declared = {k for rv in role_vars.values() for k, spec in rv.items() if spec}
+    out = {}
+    for name in names:
+        if name in declared and name not in MODEL_VARIABLES:
+            problems = []
+            value = render(templar, raw.get(name), name, problems)
+            if not problems:
+                out[name] = value
     return out
 
 
@@ -142,15 +159,17 @@ class ActionModule(ActionBase):
         heads = groups.get(head_group, [])
         head = {}
         errors = []
-        variables = {}
+        variables, values = {}, {}
+        rvars = role_variables()
         if len(heads) == 1:
             raw = hostvars.raw_get(heads[0])
             variables[heads[0]] = sorted(k for k in raw if k.startswith(NAMESPACES))
+            templar = self._templar.copy_with_new_env(available_variables=raw)
+            values[heads[0]] = role_values(templar, raw, variables[heads[0]], rvars)
             problems = []
             head = {"name": heads[0],
                     "vars": {"head_interfaces": render(
-                        self._templar.copy_with_new_env(available_variables=raw),
-                        raw.get("head_interfaces"), "head_interfaces", problems)}}
+                        templar, raw.get("head_interfaces"), "head_interfaces", problems)}}
             unrendered += [(heads[0], *p) for p in problems]
         elif len(heads) > 1:
             errors.append(f"cluster: the group {head_group} holds {len(heads)} hosts "
@@ -163,6 +182,7 @@ class ActionModule(ActionBase):
             raw = hostvars.raw_get(host)
             variables[host] = sorted(k for k in raw if k.startswith(NAMESPACES))
             templar = self._templar.copy_with_new_env(available_variables=raw)
+            values[host] = role_values(templar, raw, variables[host], rvars)
             problems = []
             node = {key: render(templar, raw.get(key), key, problems) for key in NODE_KEYS}
             # The one merge of node_bmc_defaults and node_bmc (the bmc_login filter
@@ -191,7 +211,7 @@ class ActionModule(ActionBase):
         model, model_errors = build_model(
             {"cluster": cluster, "head": head, "nodes": nodes, "secrets": secrets,
              "image_state": state, "image_state_file": state_file,
-             "variables": variables, "role_variables": role_variables(),
+             "variables": variables, "role_variables": rvars, "role_values": values,
              "unrendered": unrendered})
         errors.extend(model_errors)
         if errors:

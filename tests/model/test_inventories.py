@@ -548,6 +548,25 @@ def m_gateway_is_network_address(inv):
     inv["cluster"]["cluster_networks"]["data"]["gateway"] = "10.78.0.0"
 
 
+# --- the roles' own variables, against their argument specifications ----------
+
+
+def m_role_list_as_string(inv):
+    inv["nodes_group"]["node_image_packages"] = "htop vim"
+
+
+def m_role_list_as_string_for_everyone(inv):
+    inv["cluster"]["node_image_components"] = "main non-free-firmware"
+
+
+def m_role_bool_not_a_boolean(inv):
+    _node(inv, "node01")["node_image_snapshot"] = "maybe"
+
+
+def m_role_string_as_number(inv):
+    inv["nodes_group"]["node_network_data_mount_options"] = 4
+
+
 # --- values that cannot be templated: named in the model's form, all at once ---
 
 
@@ -753,6 +772,14 @@ CASES = [
      "name"),
     (m_gateway_is_network_address, "cluster: cluster_networks.data.gateway 10.78.0.0 is the "
      "network or broadcast address of 10.78.0.0/24"),
+    (m_role_list_as_string, "gpu_nodes: node_image_packages htop vim must be a list of strings, "
+     "not a string"),
+    (m_role_list_as_string_for_everyone, "cluster: node_image_components main non-free-firmware "
+     "must be a list of strings, not a string"),
+    (m_role_bool_not_a_boolean, "node01: node_image_snapshot maybe must be true or false, not a "
+     "string"),
+    (m_role_string_as_number, "gpu_nodes: node_network_data_mount_options 4 must be a string: "
+     "YAML read the unquoted value as a number; write it in quotes"),
     (m_undefined_in_cluster_variable, "cluster: cluster_apt_proxy http://{{ proxy_host }}:3142 "
      "cannot be templated: 'proxy_host' is undefined"),
     (m_undefined_in_node_variable, "node02: node_interfaces.mgmt.ip {{ node02_mgmt_ip }} cannot "
@@ -819,8 +846,11 @@ def ok_gateways(inv):
 
 
 def ok_site_and_role_variables(inv):
+    # (a role variable may name what only the role defines: it is templated there)
     inv["nodes_group"].update(rack="a1", node_image_packages=["htop"],
-                              node_network_data_mount_options="hard,nconnect=4")
+                              node_network_data_mount_options="hard,nconnect=4",
+                              node_network_table="{{ cluster_model.nodes | length }}",
+                              node_image_snapshot="yes", node_image_allow_plain_dir=0)
     _head(inv)["site_contact"] = "ops@example.org"
 
 

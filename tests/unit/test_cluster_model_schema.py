@@ -179,3 +179,45 @@ def test_a_value_every_node_cannot_template_is_named_once_for_gpu_nodes():
         data["unrendered"] = [(n, "node_bmc_defaults.username", "{{ u }}", "cannot be templated")
                               for n in data["nodes"]]
     assert _errors(mutate) == ["gpu_nodes: node_bmc_defaults.username {{ u }} cannot be templated"]
+
+
+def test_role_variables_carry_their_argument_specification():
+    assert ROLE_VARS["node_image"]["node_image_packages"]["type"] == "list"
+    assert ROLE_VARS["node_network"]["node_network_data_mount_options"]["type"] == "str"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (["htop"], None),
+    ("htop", "node01: node_image_packages htop must be a list of strings, not a string"),
+    (["htop", 7], "node01: node_image_packages[1] 7 must be a string: YAML read the unquoted "
+     "value as a number"),
+    ({"htop": 1}, "node01: node_image_packages {'htop': 1} must be a list of strings, not a "
+     "mapping"),
+])
+def test_a_role_variable_the_inventory_sets_has_its_declared_type(value, expected):
+    def mutate(data):
+        data["role_values"] = {"head": {}, "node01": {"node_image_packages": value},
+                               "node02": {}}
+    errors = _errors(mutate)
+    if expected is None:
+        assert errors == []
+    else:
+        assert [e for e in errors if e.startswith(expected)], errors
+
+
+@pytest.mark.parametrize("value", [True, "no", "Yes", 1, 0])
+def test_a_role_boolean_takes_what_ansible_takes(value):
+    assert _errors(lambda d: d.update(role_values={"node01": {"node_image_snapshot": value}})) \
+        == []
+
+
+def test_a_role_variable_problem_of_every_host_is_reported_once():
+    def mutate(data):
+        data["role_values"] = {h: {"node_image_mirror": 5, "node_image_snapshot": "maybe"}
+                               for h in ("head", "node01", "node02")}
+        data["role_values"]["head"].pop("node_image_snapshot")
+    errors = _errors(mutate)
+    assert errors == [
+        "cluster: node_image_mirror 5 must be a string: YAML read the unquoted value as a "
+        "number; write it in quotes",
+        "gpu_nodes: node_image_snapshot maybe must be true or false, not a string"]

@@ -13,7 +13,8 @@ controller and in unit tests alike.  The input is a plain dict::
       "image_state": <the image state (docs/upgrades.md), parsed; None = no state>,
       "image_state_file": <"<head>:<path>" it was read from; None = cluster_image_state>,
       "variables": {<host>: [<names of its cluster_*, node_*, head_* variables>]},
-      "role_variables": {<role>: [<the variables it declares>]},
+      "role_variables": {<role>: {<variable it declares>: <its argument spec or None>}},
+      "role_values": {<host>: {<role variable the inventory sets>: <value>}},
       "unrendered": [(<host>, <field>, <value as written>, <why it could not be
                       templated>), ...],
     }
@@ -59,6 +60,8 @@ def build_model(data):
     schema.check_variables(data.get("variables"), data.get("role_variables"),
                            list(as_dict(data.get("nodes"))), err)
     schema.check_inputs(data, err)
+    schema.check_role_values(data.get("role_values"), data.get("role_variables"),
+                             list(as_dict(data.get("nodes"))), err)
     cluster = as_dict(data.get("cluster"))
     settings.check_settings(cluster, err)
     nets = networks.check_networks(cluster, err)

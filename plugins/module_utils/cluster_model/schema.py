@@ -262,6 +262,77 @@ def report_unrendered(unrendered, node_names, err):
         err.close(host, field)
 
 
+# What Ansible's argument specification types of the collection's roles ask of a
+# value the inventory sets (a role checks it again when it runs; here every problem
+# is found before anything changes, at once, in the model's form).  Ansible's own
+# conversions are kept: a boolean may be written yes/no, an integer as digits.
+BOOLEAN_WORDS = frozenset(("yes", "no", "true", "false", "on", "off", "y", "n", "t", "f",
+                           "1", "0"))
+
+
+def _role_spec(spec):
+    """The shape of a role option from its argument specification (None: any;
+    "bool" and "dict" are checked by :func:`_role_value_problem`)."""
+    spec = as_dict(spec)
+    kind = spec.get("type", "str")
+    if kind == "list":
+        element = _role_spec({"type": spec.get("elements", "raw")})
+        return List(element if isinstance(element, Scalar) else None,
+                    "strings" if element is STR else "entries")
+    return {"str": STR, "path": STR, "int": INT, "float": NUM, "bool": "bool",
+            "dict": "dict"}.get(kind)
+
+
+def _role_value_problem(value, spec):
+    """The problem of a boolean or mapping option's value, or None."""
+    if spec == "bool":
+        if isinstance(value, bool) or value in (0, 1) or \
+                (isinstance(value, str) and value.lower() in BOOLEAN_WORDS):
+            return None
+        return f"must be true or false, not {_type_name(value)}"
+    return None if isinstance(value, dict) else f"must be a mapping, not {_type_name(value)}"
+
+
+def check_role_values(values, role_variables, node_names, err):
+    """The values the inventory gives the collection's roles' variables
+    (``values``: {host: {name: value}}), against their declared types: a string
+    where a list belongs, a number where a string belongs (with the hint to quote
+    it), a mapping, a boolean or an integer that is none.  A problem every host has
+    (``group_vars/all``) is reported once for ``cluster``, one every node has for
+    ``gpu_nodes``."""
+    specs = {}
+    for role_vars in as_dict(role_variables).values():
+        if isinstance(role_vars, dict):
+            specs.update({k: _role_spec(v) for k, v in role_vars.items() if v})
+    per_host = {}
+    for host, host_values in sorted(as_dict(values).items()):
+        host_err = Errors()
+        for name, value in sorted(as_dict(host_values).items()):
+            spec = specs.get(name)
+            if spec is None or value is None:
+                continue
+            if spec in ("bool", "dict"):
+                problem = _role_value_problem(value, spec)
+                if problem:
+                    host_err.add(host, name, value, problem)
+            elif not (spec is INT and isinstance(value, str) and value.strip().isdigit()):
+                check_shape(host, name, value, spec, host_err)
+        per_host[host] = {entry[1:] for entry in host_err.entries}
+    hosts, nodes = set(per_host), set(node_names) & set(per_host)
+    everywhere = (set.intersection(*per_host.values()) if len(hosts) > 1 and hosts - nodes
+                  else set())
+    every_node = (set.intersection(*(per_host[n] for n in nodes)) if len(nodes) > 1
+                  else set()) - everywhere
+    for group, common in (("cluster", everywhere), ("gpu_nodes", every_node)):
+        for field, value, problem in sorted(common):
+            err.add(group, field, value, problem)
+    for host, entries in per_host.items():
+        for field, value, problem in sorted(entries):
+            if (field, value, problem) not in everywhere and \
+                    not (host in nodes and (field, value, problem) in every_node):
+                err.add(host, field, value, problem)
+
+
 def _role_of(name, role_variables):
     """The role whose prefix ``name`` carries (the longest), or None."""
     roles = [r for r in role_variables if name.startswith(r + "_")]
@@ -272,7 +343,8 @@ def check_variables(variables, role_variables, node_names, err):
     """Refuse every variable of the collection's namespaces that is neither a model
     variable nor a declared variable of the role whose prefix it carries.
 
-    ``variables``: {host: [variable names]}, ``role_variables``: {role: [names]} of
+    ``variables``: {host: [variable names]}, ``role_variables``: {role: {name:
+    its argument specification, or None}} (or {role: [names]}) of
     the collection's roles.  A name set for every host (``group_vars/all``) is
     reported once, as ``cluster``; one set for every node, as ``gpu_nodes``."""
     role_variables = {r: set(v) for r, v in as_dict(role_variables).items()}
