@@ -71,6 +71,10 @@ class SimOptions:
     password: str = "junkyard-test"
     emu_file: Path = HERE / "g292z20.emu"
     sdr_source: Path = HERE / "g292z20.sdrs"
+    # A board that differs from the base model by a few sensors: its extra
+    # records and their emulator commands (BOARDS; compose_emu, build_sdr).
+    extra_sdr_sources: tuple[Path, ...] = ()
+    extra_emu_files: tuple[Path, ...] = ()
     fanmod: bool = True
     ianas: tuple[int, ...] = (15370,)
     # The fans (fanmod): fan_id (zone) -> its tachometer sensor numbers. After
@@ -145,14 +149,50 @@ def _run(cmd: list[str]) -> None:
         raise SimError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
 
 
-def build_sdr(source: Path, cache_dir: Path = DEFAULT_CACHE) -> Path:
-    """Compile an SDR source with ``sdrcomp -8`` (8-bit ASCII id strings)."""
+def build_sdr(source: Path, cache_dir: Path = DEFAULT_CACHE,
+              extra: tuple[Path, ...] = ()) -> Path:
+    """Compile an SDR source, followed by ``extra`` sources, with ``sdrcomp -8``
+    (8-bit ASCII id strings)."""
     sdrcomp = shutil.which("sdrcomp")
     if not sdrcomp:
         raise SimError("sdrcomp not found (Debian package openipmi)")
-    key = _hash_inputs(source.read_bytes(), b"sdrcomp -8")
+    texts = [p.read_bytes() for p in (source, *extra)]
+    key = _hash_inputs(*texts, b"sdrcomp -8")
     target = cache_dir / f"{source.stem}-{key}.bsdr"
-    return _atomic_build(target, lambda tmp: _run([sdrcomp, "-8", "-o", str(tmp), str(source)]))
+
+    def build(tmp: Path) -> None:
+        src = tmp.with_suffix(".sdrs")
+        src.write_bytes(b"\n".join(texts))
+        try:
+            _run([sdrcomp, "-8", "-o", str(tmp), str(src)])
+        finally:
+            src.unlink(missing_ok=True)
+    return _atomic_build(target, build)
+
+
+# The boards the simulator models, by the hardware profile names of the
+# inventories: the base G292-Z20 model, and the G292-Z45 (a second CPU's
+# temperature sensor; its doubled currents are the profile's calibration).
+BOARDS: dict[str, dict] = {
+    "g292-z20": {},
+    "g292-z45": {"extra_sdr_sources": (HERE / "g292z45-cpu1.sdrs",),
+                 "extra_emu_files": (HERE / "g292z45-cpu1.emu",)},
+}
+
+
+def compose_emu(options: SimOptions, workdir: Path) -> Path:
+    """The emulator command file: the base model's, with the extra boards'
+    commands before its final ``mc_enable`` (written to ``workdir`` if any)."""
+    if not options.extra_emu_files:
+        return options.emu_file
+    base = options.emu_file.read_text()
+    head, sep, tail = base.rpartition("\nmc_enable ")
+    if not sep:
+        raise SimError(f"{options.emu_file}: no mc_enable line to add sensors before")
+    extra = "".join(p.read_text() for p in options.extra_emu_files)
+    out = workdir / "board.emu"
+    out.write_text(f"{head}\n{extra}{sep.lstrip()}{tail}")
+    return out
 
 
 def build_fanmod(cache_dir: Path = DEFAULT_CACHE) -> Path:
@@ -264,7 +304,9 @@ class BmcSim:
         if not exe:
             raise SimError("ipmi_sim not found (Debian package openipmi)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        sdr = build_sdr(self.options.sdr_source, self.cache_dir)
+        sdr = build_sdr(self.options.sdr_source, self.cache_dir,
+                        self.options.extra_sdr_sources)
+        emu = compose_emu(self.options, self.workdir)
         self.password_file.write_text(self.options.password)
         self.password_file.chmod(0o600)
         last_error = ""
@@ -282,7 +324,7 @@ class BmcSim:
             conf.write_text(self.render_lan_conf())
             with open(self.stdout_path, "wb") as out:
                 self._proc = subprocess.Popen(
-                    [exe, "-c", str(conf), "-f", str(self.options.emu_file),
+                    [exe, "-c", str(conf), "-f", str(emu),
                      "-s", str(state), "-n"],
                     cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=out,
                     stderr=subprocess.STDOUT, start_new_session=True,

@@ -43,6 +43,10 @@ def start(lab: Lab, node: Node, startcmd: str) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     cache = lab.repo / ".cache" / "bmc_sim"
+    if node.profile not in simctl.BOARDS:
+        raise LabError(f"{node.name}: no simulated BMC models the hardware profile "
+                       f"{node.profile!r} (bmc_sim.simctl.BOARDS: "
+                       f"{', '.join(sorted(simctl.BOARDS))})")
     opts = simctl.SimOptions(
         name=node.name,
         user=node.bmc_user,
@@ -52,12 +56,14 @@ def start(lab: Lab, node: Node, startcmd: str) -> int:
         poweroff_wait=POWEROFF_WAIT,
         kill_wait=KILL_WAIT,
         serial_port=node.kcs_port,
+        **simctl.BOARDS[node.profile],
     )
     sim = simctl.BmcSim(work, opts, cache_dir=cache)
     sim.port = node.bmc_port
     sim.console_port = console_port(lab, node)
     try:
-        sdr = simctl.build_sdr(opts.sdr_source, cache)
+        sdr = simctl.build_sdr(opts.sdr_source, cache, opts.extra_sdr_sources)
+        emu = simctl.compose_emu(opts, work)
         try:
             conf = sim.render_lan_conf()
         except simctl.SimError as exc:  # no compiler or OpenIPMI headers: no OEM module
@@ -73,7 +79,7 @@ def start(lab: Lab, node: Node, startcmd: str) -> int:
     state = work / "state"
     (state / "ipmi_sim" / node.name).mkdir(parents=True)
     shutil.copyfile(sdr, state / "ipmi_sim" / node.name / "sdr.20.main")
-    cmd = ["ipmi_sim", "-c", str(work / "lan.conf"), "-f", str(opts.emu_file),
+    cmd = ["ipmi_sim", "-c", str(work / "lan.conf"), "-f", str(emu),
            "-s", str(state), "-n"]
     pid = host.spawn(cmd, work / "ipmi_sim.log")
     deadline = time.monotonic() + 10

@@ -30,6 +30,7 @@ class Node:
     bmc_port: int
     bmc_user: str = "admin"
     kcs_port: int = 0  # ipmi_sim's VM serial listener for qemu's ipmi-bmc-extern
+    profile: str = ""  # its hardware profile: the board its simulated BMC models
 
 
 @dataclass
@@ -114,6 +115,18 @@ def _nics(interfaces: dict | None, what: str) -> list[Nic]:
     return nics
 
 
+def _group_vars(inv: Path, group: str) -> dict:
+    """The plain variables of ``group_vars/<group>.yml`` next to the hosts file ({} if none)."""
+    path = (inv if inv.is_dir() else inv.parent) / "group_vars" / f"{group}.yml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except yaml.YAMLError as exc:
+        raise LabError(f"lab inventory {path} is not valid YAML: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
 def load(inventory: Path | None = None) -> Lab:
     """The lab as inventories/lab/hosts.yml describes it, with the environment's overrides."""
     inv = Path(inventory or os.environ.get("JUNKYARD_LAB_INVENTORY") or REPO / "inventories/lab")
@@ -132,9 +145,11 @@ def load(inventory: Path | None = None) -> Lab:
     lab = Lab(inventory=inv)
     lab.head_nics = _nics((head_vars or {}).get("head_interfaces"), f"{hosts_file}: {head_name}")
     node_hosts = (groups.get("gpu_nodes") or {}).get("hosts") or {}
+    group = _group_vars(inv, "gpu_nodes")
+    bmc_defaults = group.get("node_bmc_defaults") or {}
     for index, (name, hv) in enumerate(sorted(node_hosts.items())):
         hv = hv or {}
-        bmc = hv.get("node_bmc") or {}
+        bmc = {**bmc_defaults, **(hv.get("node_bmc") or {})}
         if str(bmc.get("address", "127.0.0.1")) != "127.0.0.1":
             raise LabError(f"{hosts_file}: {name}: a lab BMC listens on 127.0.0.1 only")
         port = bmc.get("port")
@@ -147,6 +162,7 @@ def load(inventory: Path | None = None) -> Lab:
                 bmc_port=port,
                 bmc_user=str(bmc.get("username", "admin")),
                 kcs_port=_int_env("JUNKYARD_LAB_KCS_PORT_BASE", 9100) + index,
+                profile=str(hv.get("node_profile") or group.get("node_profile") or ""),
             )
         )
     lab.netns = os.environ.get("JUNKYARD_LAB_NETNS") or "jylab"
