@@ -548,6 +548,20 @@ def m_gateway_is_network_address(inv):
     inv["cluster"]["cluster_networks"]["data"]["gateway"] = "10.78.0.0"
 
 
+def m_image_name_as_number(inv):
+    inv["cluster"]["cluster_images"][2027] = {"suite": "bookworm", "current_version": "v1"}
+
+
+def m_property_name_as_number(inv):
+    inv["cluster"]["cluster_pool"]["filesystem_properties"][1] = "x"
+
+
+def m_bmc_default_port_as_string(inv):
+    inv["nodes_group"]["node_bmc_defaults"] = {"port": "623x"}
+    for n in ("node01", "node02"):
+        del _node(inv, n)["node_bmc"]["port"]
+
+
 # --- the roles' own variables, against their argument specifications ----------
 
 
@@ -772,6 +786,10 @@ CASES = [
      "name"),
     (m_gateway_is_network_address, "cluster: cluster_networks.data.gateway 10.78.0.0 is the "
      "network or broadcast address of 10.78.0.0/24"),
+    (m_image_name_as_number, "cluster: cluster_images 2027 is not a name: YAML read the "
+     "unquoted key as a number; write it in quotes"),
+    (m_property_name_as_number, "cluster: cluster_pool.filesystem_properties 1 is not a name"),
+    (m_bmc_default_port_as_string, "gpu_nodes: node_bmc_defaults.port 623x must be an integer"),
     (m_role_list_as_string, "gpu_nodes: node_image_packages htop vim must be a list of strings, "
      "not a string"),
     (m_role_list_as_string_for_everyone, "cluster: node_image_components main non-free-firmware "

@@ -57,6 +57,10 @@ class Errors:
         value could not be read: what the layers would say of it is noise)."""
         self._closed.add((where, field))
 
+    def closed(self):
+        """The (where, field) pairs closed so far."""
+        return set(self._closed)
+
     def _is_closed(self, where, field):
         if not field or not self._closed:
             return False

@@ -55,7 +55,7 @@ def check_images(cluster, err):
     out = {}
     for name, img in raw.items():
         img = as_dict(img)
-        if not DATASET_PART_RE.match(str(name)):
+        if not isinstance(name, str) or not DATASET_PART_RE.match(name):
             err.add("cluster", "cluster_images", name, "is not a valid image (dataset) name")
             continue
         version = img.get("current_version")

@@ -57,8 +57,9 @@ def check_bmc(name, bmc, nets, secret, err):
     bmc = as_dict(bmc)
     addr = check_address(name, "node_bmc.address", bmc.get("address"), "bmc", nets, err)
     port = bmc.get("port", BMC_PORT)
-    if not isinstance(port, int) or not 1 <= port <= 65535:
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         err.add(name, "node_bmc.port", port, "is not a UDP port")
+        port = None
     if secret == "env-default":
         err.add(name, "node_bmc.password", "<hidden>",
                 "has a plain-text default= in its environment lookup: that default is the "
@@ -112,7 +113,7 @@ def check_nodes(nodes_in, head_name, profiles, images, nets, secrets, version_re
 def check_bmc_duplicates(nodes, err):
     dupes(err, "the BMC network",
           [(n["name"], "node_bmc.address:port", f"{n['bmc']['address']}:{n['bmc']['port']}")
-           for n in nodes if n["bmc"]["address"]])
+           for n in nodes if n["bmc"]["address"] and n["bmc"]["port"] is not None])
 
 
 def node_storage(pool, node):
