@@ -562,6 +562,30 @@ def m_bmc_default_port_as_string(inv):
         del _node(inv, n)["node_bmc"]["port"]
 
 
+def m_mgmt_ipv6(inv):
+    inv["cluster"]["cluster_networks"]["mgmt"]["subnet"] = "fd00:77::/64"
+
+
+def m_persistent_path_size(inv):
+    inv["cluster"]["cluster_writable_paths"][0]["size"] = "4g"
+
+
+def m_tmpfs_path_name(inv):
+    inv["cluster"]["cluster_writable_paths"][2]["name"] = "tmp"
+
+
+def m_mirror_parity(inv):
+    inv["cluster"]["cluster_pool"]["special"][0]["parity"] = 2
+
+
+def m_raidz_spares(inv):
+    inv["cluster"]["cluster_pool"]["log"] = [
+        {"type": "mirror", "disks": ["/dev/disk/by-id/virtio-log1", "/dev/disk/by-id/virtio-log2"]}]
+    inv["cluster"]["cluster_pool"]["vdevs"].append({
+        "type": "raidz", "parity": 1, "spares": 1,
+        "disks": [f"/dev/disk/by-id/virtio-rz{i}" for i in range(3)]})
+
+
 # --- the roles' own variables, against their argument specifications ----------
 
 
@@ -790,6 +814,15 @@ CASES = [
      "unquoted key as a number; write it in quotes"),
     (m_property_name_as_number, "cluster: cluster_pool.filesystem_properties 1 is not a name"),
     (m_bmc_default_port_as_string, "gpu_nodes: node_bmc_defaults.port 623x must be an integer"),
+    (m_mgmt_ipv6, "cluster: cluster_networks.mgmt.subnet fd00:77::/64 is not an IPv4 network"),
+    (m_persistent_path_size, "cluster: cluster_writable_paths[0].size 4g is the size of a tmpfs "
+     "(of a tmpfs or overlay path): a persistent path is a dataset of the pool and takes none"),
+    (m_tmpfs_path_name, "cluster: cluster_writable_paths[2].name tmp names the dataset of a "
+     "persistent path: a tmpfs path has none"),
+    (m_mirror_parity, "cluster: cluster_pool.special[0].parity 2 is not a setting of a mirror "
+     "vdev (it takes type and disks only): it would be ignored"),
+    (m_raidz_spares, "cluster: cluster_pool.vdevs[1].spares 1 is not a setting of a raidz vdev "
+     "(parity): it would be ignored"),
     (m_role_list_as_string, "gpu_nodes: node_image_packages htop vim must be a list of strings, "
      "not a string"),
     (m_role_list_as_string_for_everyone, "cluster: node_image_components main non-free-firmware "

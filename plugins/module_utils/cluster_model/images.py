@@ -155,6 +155,15 @@ def _check_writable_path(where, entry, seen, err):
                     f"is nested with cluster_writable_paths[{j}] ({inner} inside {outer}); "
                     "writable paths must not contain each other")
             return None
+    if kind == "persistent" and entry.get("size") not in ("", None):
+        err.add("cluster", f"{where}.size", entry.get("size"),
+                "is the size of a tmpfs (of a tmpfs or overlay path): a persistent path is a "
+                "dataset of the pool and takes none; leave it out")
+        return None
+    if kind != "persistent" and entry.get("name") not in ("", None):
+        err.add("cluster", f"{where}.name", entry.get("name"),
+                f"names the dataset of a persistent path: a {kind} path has none")
+        return None
     name = entry.get("name") or norm.strip("/").replace("/", "-")
     if not DATASET_PART_RE.match(name):
         err.add("cluster", f"{where}.name", name, "is not a valid dataset name")

@@ -19,6 +19,9 @@ from .common import (
 )
 
 VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
+# what each vdev type takes besides its type and disks
+VDEV_KEYS = {"draid": ("parity", "data", "spares", "children"), "raidz": ("parity",),
+             "mirror": (), "disk": ()}
 POOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 DEFAULT_DATASET_PROPERTIES = {"atime": "off", "compression": "lz4"}
 
@@ -98,6 +101,11 @@ def _check_vdev(where, gname, vdev, seen, err):
         err.add("cluster", f"{where}.type", vtype,
                 f"is not a vdev type ({', '.join(VDEV_TYPES)})")
         return
+    for key in sorted(set(vdev) - {"type", "disks", *VDEV_KEYS[vtype]}):
+        err.add("cluster", f"{where}.{key}", vdev[key],
+                f"is not a setting of a {vtype} vdev ("
+                + (", ".join(VDEV_KEYS[vtype]) or "it takes type and disks only")
+                + "): it would be ignored")
     if vtype == "draid":
         if gname != "vdevs":
             err.add("cluster", f"{where}.type", vtype, "is only allowed in vdevs")
