@@ -586,6 +586,15 @@ def m_raidz_spares(inv):
         "disks": [f"/dev/disk/by-id/virtio-rz{i}" for i in range(3)]})
 
 
+def m_version_with_newline(inv):
+    # a block scalar (|) keeps the line's end: it would end up in the boot entry
+    _node(inv, "node02")["node_image_version"] = "v1\n"
+
+
+def m_size_with_newline(inv):
+    inv["cluster"]["cluster_writable_paths"][2]["size"] = "4g\n"
+
+
 # --- the roles' own variables, against their argument specifications ----------
 
 
@@ -774,7 +783,7 @@ CASES = [
      "or https:// URL"),
     (m_password_with_default, "node02: node_bmc.password <hidden> has a plain-text default= "
      "in its environment lookup"),
-    (m_device_with_space, "head: head_interfaces.data.device enp65s0f0 is not a network "
+    (m_device_with_space, "head: head_interfaces.data.device 'enp65s0f0 ' is not a network "
      "interface name"),
     (m_data_mount_relative, "cluster: cluster_data_datasets[0].mount data/scratch is not an "
      "absolute path"),
@@ -823,6 +832,8 @@ CASES = [
      "vdev (it takes type and disks only): it would be ignored"),
     (m_raidz_spares, "cluster: cluster_pool.vdevs[1].spares 1 is not a setting of a raidz vdev "
      "(parity): it would be ignored"),
+    (m_version_with_newline, "node02: node_image_version 'v1\\n' is not a version name"),
+    (m_size_with_newline, "cluster: cluster_writable_paths[2].size '4g\\n' is not a tmpfs size"),
     (m_role_list_as_string, "gpu_nodes: node_image_packages htop vim must be a list of strings, "
      "not a string"),
     (m_role_list_as_string_for_everyone, "cluster: node_image_components main non-free-firmware "

@@ -49,7 +49,7 @@ def check_pool(cluster, err):
         err.add("cluster", "cluster_pool", raw, "must be a mapping")
         return None
     name = raw.get("name")
-    if not isinstance(name, str) or not POOL_NAME_RE.match(name) or \
+    if not isinstance(name, str) or not POOL_NAME_RE.fullmatch(name) or \
             name in ("mirror", "raidz", "draid", "spare", "log"):
         err.add("cluster", "cluster_pool.name", name, "is not a valid pool name")
     ashift = raw.get("ashift", 12)
@@ -169,7 +169,7 @@ def check_data_datasets(cluster, writable, err):
         ds = as_dict(ds)
         where = f"cluster_data_datasets[{i}]"
         name = ds.get("name")
-        if not isinstance(name, str) or not DATASET_PART_RE.match(name):
+        if not isinstance(name, str) or not DATASET_PART_RE.fullmatch(name):
             err.add("cluster", f"{where}.name", name, "is not a valid dataset name")
             continue
         if name in seen:
