@@ -117,7 +117,7 @@ def load_state(data):
 
 
 def _version(field, value):
-    if not isinstance(value, str) or not VERSION_RE.match(value):
+    if not isinstance(value, str) or not VERSION_RE.fullmatch(value):
         raise _state_error(field, value, "is not a version name (letters, digits, . _ -)")
     return value
 
@@ -225,7 +225,7 @@ def _selected(ctx, image, only):
 
 def plan_upgrade(ctx, image, version, canary=None, wave_size=1):
     """Canary first (a wave of one), then the other nodes of the image in waves."""
-    if not isinstance(version, str) or not VERSION_RE.match(version):
+    if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         raise PlanError(f"upgrade_version {version!r} is not a version name "
                         "(letters, digits, . _ -)")
     current = image_current(ctx, image)

@@ -548,6 +548,53 @@ def m_gateway_is_network_address(inv):
     inv["cluster"]["cluster_networks"]["data"]["gateway"] = "10.78.0.0"
 
 
+def m_image_name_as_number(inv):
+    inv["cluster"]["cluster_images"][2027] = {"suite": "bookworm", "current_version": "v1"}
+
+
+def m_property_name_as_number(inv):
+    inv["cluster"]["cluster_pool"]["filesystem_properties"][1] = "x"
+
+
+def m_bmc_default_port_as_string(inv):
+    inv["nodes_group"]["node_bmc_defaults"] = {"port": "623x"}
+    for n in ("node01", "node02"):
+        del _node(inv, n)["node_bmc"]["port"]
+
+
+def m_mgmt_ipv6(inv):
+    inv["cluster"]["cluster_networks"]["mgmt"]["subnet"] = "fd00:77::/64"
+
+
+def m_persistent_path_size(inv):
+    inv["cluster"]["cluster_writable_paths"][0]["size"] = "4g"
+
+
+def m_tmpfs_path_name(inv):
+    inv["cluster"]["cluster_writable_paths"][2]["name"] = "tmp"
+
+
+def m_mirror_parity(inv):
+    inv["cluster"]["cluster_pool"]["special"][0]["parity"] = 2
+
+
+def m_raidz_spares(inv):
+    inv["cluster"]["cluster_pool"]["log"] = [
+        {"type": "mirror", "disks": ["/dev/disk/by-id/virtio-log1", "/dev/disk/by-id/virtio-log2"]}]
+    inv["cluster"]["cluster_pool"]["vdevs"].append({
+        "type": "raidz", "parity": 1, "spares": 1,
+        "disks": [f"/dev/disk/by-id/virtio-rz{i}" for i in range(3)]})
+
+
+def m_version_with_newline(inv):
+    # a block scalar (|) keeps the line's end: it would end up in the boot entry
+    _node(inv, "node02")["node_image_version"] = "v1\n"
+
+
+def m_size_with_newline(inv):
+    inv["cluster"]["cluster_writable_paths"][2]["size"] = "4g\n"
+
+
 # --- the roles' own variables, against their argument specifications ----------
 
 
@@ -736,7 +783,7 @@ CASES = [
      "or https:// URL"),
     (m_password_with_default, "node02: node_bmc.password <hidden> has a plain-text default= "
      "in its environment lookup"),
-    (m_device_with_space, "head: head_interfaces.data.device enp65s0f0 is not a network "
+    (m_device_with_space, "head: head_interfaces.data.device 'enp65s0f0 ' is not a network "
      "interface name"),
     (m_data_mount_relative, "cluster: cluster_data_datasets[0].mount data/scratch is not an "
      "absolute path"),
@@ -772,6 +819,21 @@ CASES = [
      "name"),
     (m_gateway_is_network_address, "cluster: cluster_networks.data.gateway 10.78.0.0 is the "
      "network or broadcast address of 10.78.0.0/24"),
+    (m_image_name_as_number, "cluster: cluster_images 2027 is not a name: YAML read the "
+     "unquoted key as a number; write it in quotes"),
+    (m_property_name_as_number, "cluster: cluster_pool.filesystem_properties 1 is not a name"),
+    (m_bmc_default_port_as_string, "gpu_nodes: node_bmc_defaults.port 623x must be an integer"),
+    (m_mgmt_ipv6, "cluster: cluster_networks.mgmt.subnet fd00:77::/64 is not an IPv4 network"),
+    (m_persistent_path_size, "cluster: cluster_writable_paths[0].size 4g is the size of a tmpfs "
+     "(of a tmpfs or overlay path): a persistent path is a dataset of the pool and takes none"),
+    (m_tmpfs_path_name, "cluster: cluster_writable_paths[2].name tmp names the dataset of a "
+     "persistent path: a tmpfs path has none"),
+    (m_mirror_parity, "cluster: cluster_pool.special[0].parity 2 is not a setting of a mirror "
+     "vdev (it takes type and disks only): it would be ignored"),
+    (m_raidz_spares, "cluster: cluster_pool.vdevs[1].spares 1 is not a setting of a raidz vdev "
+     "(parity): it would be ignored"),
+    (m_version_with_newline, "node02: node_image_version 'v1\\n' is not a version name"),
+    (m_size_with_newline, "cluster: cluster_writable_paths[2].size '4g\\n' is not a tmpfs size"),
     (m_role_list_as_string, "gpu_nodes: node_image_packages htop vim must be a list of strings, "
      "not a string"),
     (m_role_list_as_string_for_everyone, "cluster: node_image_components main non-free-firmware "

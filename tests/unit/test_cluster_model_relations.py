@@ -112,7 +112,7 @@ CASES = [
      "an http:// or https:// URL"),
     (_cluster(apt_proxy="http://10.0.2.100:70000"), "cluster: cluster_apt_proxy "
      "http://10.0.2.100:70000 is not a URL with a valid port"),
-    (_cluster(tftp_root="/srv/tftp\n"), "cluster: cluster_tftp_root /srv/tftp\n contains a "
+    (_cluster(tftp_root="/srv/tftp\n"), "cluster: cluster_tftp_root '/srv/tftp\\n' contains a "
      "character"),
     (_cmdline(["console=ttyS0,115200 quiet"]), "cluster: "
      "cluster_hardware_profiles.lab-vm.kernel_cmdline console=ttyS0,115200 quiet is not one "

@@ -221,3 +221,18 @@ def test_a_role_variable_problem_of_every_host_is_reported_once():
         "cluster: node_image_mirror 5 must be a string: YAML read the unquoted value as a "
         "number; write it in quotes",
         "gpu_nodes: node_image_snapshot maybe must be true or false, not a string"]
+
+
+def test_a_value_of_the_wrong_shape_is_the_one_problem_named_about_it():
+    # not also what the layers would say of the entries it should have held
+    def mutate(data):
+        data["cluster"]["writable_paths"] = ["/var/log", "/tmp"]
+        data["nodes"]["node01"]["node_interfaces"] = [{"mac": "52:54:00:77:00:11"}]
+        for n in ("node01", "node02"):
+            data["nodes"][n]["_bmc_sources"] = {"node_bmc_defaults": {"port": "623x"}}
+            data["nodes"][n]["node_bmc"]["port"] = "623x"
+    assert _errors(mutate) == [
+        "cluster: cluster_writable_paths[0] /var/log must be a mapping, not a string",
+        "cluster: cluster_writable_paths[1] /tmp must be a mapping, not a string",
+        "node01: node_interfaces [{'mac': '52:54:00:77:00:11'}] must be a mapping, not a list",
+        "gpu_nodes: node_bmc_defaults.port 623x must be an integer, not a string"]

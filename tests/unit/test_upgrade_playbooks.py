@@ -144,3 +144,22 @@ def test_an_inconsistent_state_file_is_refused_by_the_model(tmp_path):
     assert (f"storage01:{state_file}: nodes.gpu03 2026.13.1 is not a recorded version of "
             "bookworm-rocm, the image of gpu03 (2026.11.1, 2026.12.1)") in " ".join(
                 proc.stdout.split())
+
+
+def test_prune_records_the_state_and_keeps_the_old_one_before_it_destroys_anything():
+    """A prune that stops half-way must leave a state that no longer names the versions
+    (and the state before it in <file>.prev): the record comes before every unmount and
+    zfs command of the prune block, and record.yml copies .prev before it writes.  (The
+    lab test runs it on real ZFS: tests/lab/test_upgrade.py.)"""
+    tasks_dir = REPO / "roles" / "image_versions" / "tasks"
+    prune = yaml.safe_load((tasks_dir / "prune.yml").read_text())
+    block = next(t["block"] for t in prune if t.get("name") == "Prune")
+    record = [i for i, t in enumerate(block)
+              if t.get("ansible.builtin.include_tasks") == "record.yml"]
+    destructive = [i for i, t in enumerate(block)
+                   if "ansible.posix.mount" in t or "zfs" in str(t.get("ansible.builtin.command"))]
+    assert len(record) == 1 and len(destructive) >= 2
+    assert record[0] < min(destructive)
+    steps = [t["name"] for t in yaml.safe_load((tasks_dir / "record.yml").read_text())]
+    assert steps.index("Keep the state this write replaces next to it (.prev)") < \
+        steps.index("Write the image state")

@@ -200,7 +200,7 @@ def image_version(model, image, version):
     if image not in model["images"]:
         raise ValueError(f"cluster: image {image} is not in cluster_images "
                          f"({', '.join(sorted(model['images']))})")
-    if not isinstance(version, str) or not VERSION_RE.match(version):
+    if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         raise ValueError(f"cluster: version {version!r} of {image} is not a version name "
                          "(letters, digits, . _ -)")
     return images.version_names(model["pool"]["name"], model["export_root"],
@@ -210,7 +210,7 @@ def image_version(model, image, version):
 def node_storage(model, node):
     """Where the datasets of ``node`` live, also once it has left the inventory
     (see :func:`nodes.node_storage`)."""
-    if not isinstance(node, str) or not NAME_RE.match(node):
+    if not isinstance(node, str) or not NAME_RE.fullmatch(node):
         raise ValueError(f"{node}: node name {node!r} is not a valid host name")
     return nodes.node_storage(model["pool"]["name"], node)
 

@@ -26,8 +26,11 @@ PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_.@+/-]*$")
 
 
 def fmt(value):
-    if isinstance(value, str):
-        return value if value else "''"
+    """A value as a message shows it: a string as it is, unless it is empty or its
+    white space would not show (a newline, a tab, a space at either end), which it
+    shows quoted, with escapes ('v1\\n')."""
+    if isinstance(value, str) and value and value == value.strip() and value.isprintable():
+        return value
     return repr(value)
 
 
@@ -57,6 +60,10 @@ class Errors:
         value could not be read: what the layers would say of it is noise)."""
         self._closed.add((where, field))
 
+    def closed(self):
+        """The (where, field) pairs closed so far."""
+        return set(self._closed)
+
     def _is_closed(self, where, field):
         if not field or not self._closed:
             return False
@@ -83,7 +90,7 @@ def norm_mac(value):
     if not isinstance(value, str):
         return None
     mac = value.strip().lower().replace("-", ":")
-    return mac if MAC_RE.match(mac) else None
+    return mac if MAC_RE.fullmatch(mac) else None
 
 
 def ip(value):

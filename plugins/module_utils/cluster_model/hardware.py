@@ -21,10 +21,10 @@ def _module_list(prof, key, base, err):
         err.add("cluster", f"{base}.{key}", raw, "must be a list of module names")
         return []
     for mod in raw:
-        if not isinstance(mod, str) or not MODULE_NAME_RE.match(mod):
+        if not isinstance(mod, str) or not MODULE_NAME_RE.fullmatch(mod):
             err.add("cluster", f"{base}.{key}", mod,
                     "is not a kernel module name (letters, digits, _ and -)")
-    return [m for m in raw if isinstance(m, str) and MODULE_NAME_RE.match(m)]
+    return [m for m in raw if isinstance(m, str) and MODULE_NAME_RE.fullmatch(m)]
 
 
 def _check_gpus(base, prof, err):
@@ -33,7 +33,7 @@ def _check_gpus(base, prof, err):
     if not is_int(count) or count < 0:
         err.add("cluster", f"{base}.gpu.count", count, "must be an integer >= 0")
         count = 0
-    if count and not GFX_TARGET_RE.match(str(gpu.get("gfx_target", ""))):
+    if count and not GFX_TARGET_RE.fullmatch(str(gpu.get("gfx_target", ""))):
         err.add("cluster", f"{base}.gpu.gfx_target", gpu.get("gfx_target"),
                 "is not a gfx target (e.g. gfx908)")
     return count, gpu.get("gfx_target")

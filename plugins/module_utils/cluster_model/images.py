@@ -55,11 +55,11 @@ def check_images(cluster, err):
     out = {}
     for name, img in raw.items():
         img = as_dict(img)
-        if not DATASET_PART_RE.match(str(name)):
+        if not isinstance(name, str) or not DATASET_PART_RE.fullmatch(name):
             err.add("cluster", "cluster_images", name, "is not a valid image (dataset) name")
             continue
         version = img.get("current_version")
-        if not isinstance(version, str) or not VERSION_RE.match(version):
+        if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
             err.add("cluster", f"cluster_images.{name}.current_version", version,
                     "must be a version name (letters, digits, . _ -)")
             continue
@@ -123,7 +123,7 @@ def _check_writable_path(where, entry, seen, err):
         err.add("cluster", f"{where}.path", path,
                 "must be a normalised absolute path other than /")
         return None
-    if not TABLE_FIELD_RE.match(path):
+    if not TABLE_FIELD_RE.fullmatch(path):
         err.add("cluster", f"{where}.path", path,
                 "contains white space (the initramfs's table of writable paths cannot "
                 "hold it)")
@@ -155,12 +155,21 @@ def _check_writable_path(where, entry, seen, err):
                     f"is nested with cluster_writable_paths[{j}] ({inner} inside {outer}); "
                     "writable paths must not contain each other")
             return None
+    if kind == "persistent" and entry.get("size") not in ("", None):
+        err.add("cluster", f"{where}.size", entry.get("size"),
+                "is the size of a tmpfs (of a tmpfs or overlay path): a persistent path is a "
+                "dataset of the pool and takes none; leave it out")
+        return None
+    if kind != "persistent" and entry.get("name") not in ("", None):
+        err.add("cluster", f"{where}.name", entry.get("name"),
+                f"names the dataset of a persistent path: a {kind} path has none")
+        return None
     name = entry.get("name") or norm.strip("/").replace("/", "-")
-    if not DATASET_PART_RE.match(name):
+    if not DATASET_PART_RE.fullmatch(name):
         err.add("cluster", f"{where}.name", name, "is not a valid dataset name")
         return None
     size = entry.get("size", "")
-    if size not in ("", None) and not SIZE_RE.match(str(size)):
+    if size not in ("", None) and not SIZE_RE.fullmatch(str(size)):
         err.add("cluster", f"{where}.size", size,
                 "is not a tmpfs size (a number with k, m, g or %, e.g. 4g, 512m, 10%)")
         return None

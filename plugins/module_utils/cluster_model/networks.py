@@ -33,6 +33,11 @@ def check_networks(cluster, err):
             err.add("cluster", f"cluster_networks.{role}.subnet", spec.get("subnet"),
                     "is not a valid network address with prefix (e.g. 10.20.0.0/24)")
             continue
+        if net.version != 4 and role != "bmc":
+            err.add("cluster", f"cluster_networks.{role}.subnet", spec.get("subnet"),
+                    "is not an IPv4 network: the nodes boot over DHCPv4 and PXE, the kernel's "
+                    "ip= and nfsroot= and the NFS mounts are written for IPv4 addresses")
+            continue
         mtu = spec.get("mtu", 1500)
         if not is_int(mtu) or not 576 <= mtu <= 9216:
             err.add("cluster", f"cluster_networks.{role}.mtu", mtu, "must be an integer 576..9216")

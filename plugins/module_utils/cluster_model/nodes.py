@@ -37,7 +37,7 @@ def check_head(head_in, nets, err):
     if not head_name:
         err.plain("cluster: the group storage_head must hold exactly one host")
         return head
-    if not NAME_RE.match(str(head_name)):
+    if not NAME_RE.fullmatch(str(head_name)):
         err.add(head_name, "inventory_hostname", head_name,
                 "is not a valid host name (lower-case letters, digits, -)")
     ifaces = as_dict(as_dict(head_in.get("vars")).get("head_interfaces"))
@@ -57,8 +57,9 @@ def check_bmc(name, bmc, nets, secret, err):
     bmc = as_dict(bmc)
     addr = check_address(name, "node_bmc.address", bmc.get("address"), "bmc", nets, err)
     port = bmc.get("port", BMC_PORT)
-    if not isinstance(port, int) or not 1 <= port <= 65535:
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         err.add(name, "node_bmc.port", port, "is not a UDP port")
+        port = None
     if secret == "env-default":
         err.add(name, "node_bmc.password", "<hidden>",
                 "has a plain-text default= in its environment lookup: that default is the "
@@ -72,7 +73,7 @@ def check_bmc(name, bmc, nets, secret, err):
 
 
 def check_node(name, nv, head_name, profiles, images, nets, secret, version_re, err):
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         err.add(name, "inventory_hostname", name,
                 "is not a valid host name (lower-case letters, digits, -)")
     if name == head_name:
@@ -88,7 +89,7 @@ def check_node(name, nv, head_name, profiles, images, nets, secret, version_re, 
                 f"is not an image in cluster_images ({', '.join(sorted(images)) or 'none'})")
     # The inventory's pin; the version the node boots is settled with the image state.
     version = nv.get("node_image_version")
-    if version is not None and (not isinstance(version, str) or not version_re.match(version)):
+    if version is not None and (not isinstance(version, str) or not version_re.fullmatch(version)):
         err.add(name, "node_image_version", version, "is not a version name")
     ifaces = as_dict(nv.get("node_interfaces"))
     node = {"name": name, "profile": prof, "image": image, "image_version": version}
@@ -112,7 +113,7 @@ def check_nodes(nodes_in, head_name, profiles, images, nets, secrets, version_re
 def check_bmc_duplicates(nodes, err):
     dupes(err, "the BMC network",
           [(n["name"], "node_bmc.address:port", f"{n['bmc']['address']}:{n['bmc']['port']}")
-           for n in nodes if n["bmc"]["address"]])
+           for n in nodes if n["bmc"]["address"] and n["bmc"]["port"] is not None])
 
 
 def node_storage(pool, node):

@@ -163,6 +163,14 @@ def _scalar_problem(value, types):
     return f"must be {wanted}, not {_type_name(value)}"
 
 
+def _key_problem(key):
+    """A name (a key the operator chooses) that YAML did not read as a string."""
+    if isinstance(key, (bool, int, float)):
+        return (f"is not a name: YAML read the unquoted key as {_type_name(key)}; write it "
+                "in quotes")
+    return f"is not a name: it is {_type_name(key)}"
+
+
 def _list_problem(value, what):
     if isinstance(value, str):
         return (f"must be a list of {what}, not a string: write it as a YAML list "
@@ -173,27 +181,36 @@ def _list_problem(value, what):
 def check_shape(where, field, value, spec, err):
     """Report every key ``value`` holds that ``spec`` does not know and every value
     of the wrong shape, down the whole structure.  None (absent) is left to the
-    layers, which know what is required."""
+    layers, which know what is required.  A value of the wrong shape closes its
+    field (:meth:`Errors.close`): what the layers would say of it and of what it
+    should have held is noise."""
     if spec is None or value is None:
         return
     if isinstance(spec, Scalar):
         if not _scalar_ok(value, spec.types):
             err.add(where, field, value, _scalar_problem(value, spec.types))
+            err.close(where, field)
     elif isinstance(spec, List):
         if not isinstance(value, list):
             err.add(where, field, value, _list_problem(value, spec.what))
+            err.close(where, field)
             return
         for i, item in enumerate(value):
             check_shape(where, f"{field}[{i}]", item, spec.entry, err)
     elif isinstance(spec, ByName):
         if not isinstance(value, dict):
             err.add(where, field, value, f"must be a mapping by name, not {_type_name(value)}")
+            err.close(where, field)
             return
         for key, item in value.items():
+            if not isinstance(key, str):
+                err.add(where, field, key, _key_problem(key))
+                continue
             check_shape(where, f"{field}.{key}", item, spec.entry, err)
     else:
         if not isinstance(value, dict):
             err.add(where, field, value, f"must be a mapping, not {_type_name(value)}")
+            err.close(where, field)
             return
         for key, item in value.items():
             if key not in spec.keys:
@@ -218,7 +235,7 @@ def check_inputs(data, err):
         if key in HEAD and head.get("name"):
             check_shape(head["name"], key, value, HEAD[key], err)
     nodes = as_dict(data.get("nodes"))
-    per_node = {}
+    per_node, closed = {}, set()
     for name in sorted(nodes):
         node_err = Errors()
         node_vars = as_dict(nodes[name])
@@ -230,6 +247,9 @@ def check_inputs(data, err):
             if key in NODE:
                 check_shape(name, key, value, NODE[key], node_err)
         per_node[name] = [entry[1:] for entry in node_err.entries]
+        # node_bmc_defaults is merged under node_bmc: the layers name node_bmc
+        closed |= {(host, f.replace("node_bmc_defaults", "node_bmc", 1))
+                   for host, f in node_err.closed()}
     common = set.intersection(*map(set, per_node.values())) if len(per_node) > 1 else set()
     for name, entries in per_node.items():
         for field, value, problem in entries:
@@ -239,6 +259,8 @@ def check_inputs(data, err):
                 err.add(name, field, value, problem)
     for field, value, problem in sorted(common, key=str):
         err.add("gpu_nodes", field, value, problem)
+    for host, field in closed:
+        err.close(host, field)
 
 
 def report_unrendered(unrendered, node_names, err):

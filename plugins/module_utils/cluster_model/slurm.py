@@ -59,7 +59,7 @@ def _check_partition(i, part, node_names, err):
     base = f"cluster_slurm.partitions[{i}]"
     part = as_dict(part)
     name = part.get("name")
-    if not isinstance(name, str) or not PARTITION_RE.match(name):
+    if not isinstance(name, str) or not PARTITION_RE.fullmatch(name):
         err.add("cluster", f"{base}.name", name,
                 "is not a partition name (letters, digits, _ and -)")
         return None
@@ -78,7 +78,7 @@ def _check_partition(i, part, node_names, err):
     if not isinstance(default, bool):
         err.add("cluster", f"{base}.default", default, "must be true or false")
     max_time = part.get("max_time", "UNLIMITED")
-    if not TIME_RE.match(str(max_time)) or isinstance(max_time, bool):
+    if not TIME_RE.fullmatch(str(max_time)) or isinstance(max_time, bool):
         err.add("cluster", f"{base}.max_time", max_time,
                 "is not a Slurm time limit (minutes, h:m:s, d-h:m:s or UNLIMITED)")
     return {"name": name, "nodes": list(dict.fromkeys(members)), "default": default is True,
@@ -192,7 +192,7 @@ def _profile_definition(pname, raw_prof, reserve, err):
     if is_int(count) and count > 0:
         model = gpu.get("model")
         gtype = model.lower() if isinstance(model, str) else model
-        if not isinstance(gtype, str) or not GRES_TYPE_RE.match(gtype):
+        if not isinstance(gtype, str) or not GRES_TYPE_RE.fullmatch(gtype):
             err.add("cluster", f"{base}.gpu.model", model,
                     "is not a GPU model Slurm can take as the GRES type (letters, digits, "
                     "_ . -; e.g. MI100, written gpu:mi100)")

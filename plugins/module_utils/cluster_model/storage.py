@@ -19,6 +19,9 @@ from .common import (
 )
 
 VDEV_TYPES = ("draid", "raidz", "mirror", "disk")
+# what each vdev type takes besides its type and disks
+VDEV_KEYS = {"draid": ("parity", "data", "spares", "children"), "raidz": ("parity",),
+             "mirror": (), "disk": ()}
 POOL_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 DEFAULT_DATASET_PROPERTIES = {"atime": "off", "compression": "lz4"}
 
@@ -46,7 +49,7 @@ def check_pool(cluster, err):
         err.add("cluster", "cluster_pool", raw, "must be a mapping")
         return None
     name = raw.get("name")
-    if not isinstance(name, str) or not POOL_NAME_RE.match(name) or \
+    if not isinstance(name, str) or not POOL_NAME_RE.fullmatch(name) or \
             name in ("mirror", "raidz", "draid", "spare", "log"):
         err.add("cluster", "cluster_pool.name", name, "is not a valid pool name")
     ashift = raw.get("ashift", 12)
@@ -98,6 +101,11 @@ def _check_vdev(where, gname, vdev, seen, err):
         err.add("cluster", f"{where}.type", vtype,
                 f"is not a vdev type ({', '.join(VDEV_TYPES)})")
         return
+    for key in sorted(set(vdev) - {"type", "disks", *VDEV_KEYS[vtype]}):
+        err.add("cluster", f"{where}.{key}", vdev[key],
+                f"is not a setting of a {vtype} vdev ("
+                + (", ".join(VDEV_KEYS[vtype]) or "it takes type and disks only")
+                + "): it would be ignored")
     if vtype == "draid":
         if gname != "vdevs":
             err.add("cluster", f"{where}.type", vtype, "is only allowed in vdevs")
@@ -161,7 +169,7 @@ def check_data_datasets(cluster, writable, err):
         ds = as_dict(ds)
         where = f"cluster_data_datasets[{i}]"
         name = ds.get("name")
-        if not isinstance(name, str) or not DATASET_PART_RE.match(name):
+        if not isinstance(name, str) or not DATASET_PART_RE.fullmatch(name):
             err.add("cluster", f"{where}.name", name, "is not a valid dataset name")
             continue
         if name in seen:
