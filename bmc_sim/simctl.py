@@ -337,6 +337,28 @@ class BmcSim:
                 self._terminate()
         raise SimError(f"ipmi_sim did not start: {last_error}; see {self.stdout_path}")
 
+    def attach(self, port: int, console_port: int, timeout: float = 5.0) -> BmcSim:
+        """Talk to a simulator started elsewhere (the lab's, lab/jylab/bmc.py) on
+        127.0.0.1: LAN ``port``, console ``console_port``; :meth:`close` leaves it running."""
+        self.port, self.console_port = port, console_port
+        deadline = time.monotonic() + timeout
+        while self._console is None:
+            try:
+                self._console = socket.create_connection((self.host, console_port), timeout=5)
+            except OSError as err:
+                if time.monotonic() > deadline:
+                    raise SimError(f"no simulator console on {self.host}:{console_port}: "
+                                   f"{err}") from None
+                time.sleep(0.2)
+        self._read_prompt()
+        return self
+
+    def close(self) -> None:
+        """Drop the console connection (an attached simulator keeps running)."""
+        if self._console is not None:
+            self._console.close()
+            self._console = None
+
     def _connect_console(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

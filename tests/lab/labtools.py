@@ -126,6 +126,14 @@ class LabHandle:
     def bmc_dir(self, node: config.Node) -> Path:
         return bmc.bmc_dir(self.cfg, node)
 
+    def bmc_sim(self, node: config.Node):
+        """node's running BMC simulator, attached (bmc_sim.simctl.BmcSim: sensors,
+        fan tachometers, the OEM command log); close() it after use."""
+        from bmc_sim import simctl  # lab/jylab/bmc.py put the repository on sys.path
+        sim = simctl.BmcSim(self.bmc_dir(node), simctl.SimOptions(
+            name=node.name, user=node.bmc_user, password=self.cfg.bmc_password))
+        return sim.attach(node.bmc_port, bmc.console_port(self.cfg, node))
+
 
 def mount_on(lab, node: str, source: str, then: str) -> subprocess.CompletedProcess:
     """Mount the NFS export source on node at a scratch point, run then, unmount; the

@@ -192,10 +192,15 @@ def test_node_power_through_its_bmc(lab, index):
 
 
 def test_ansible_ipmi_power_drives_the_node(lab, lab_log):
-    """community.general.ipmi_power (pyghmi) with the inventory's node_bmc values."""
+    """community.general.ipmi_power (pyghmi) with the inventory's BMC values: the
+    endpoint from node_bmc, the login as the example keeps it (node_bmc_defaults),
+    merged by the bmc_login filter as every playbook does."""
     node = lab.nodes[-1]
-    args = ("name={{ node_bmc.address }} port={{ node_bmc.port }} "
-            "user={{ node_bmc.username }} password={{ node_bmc.password }} state=")
+    login = ("({'address': node_bmc.address, 'port': node_bmc.port, "
+             "'username': node_bmc.username | default(node_bmc_defaults.username)} "
+             "| junkyard.cluster.bmc_login(node_bmc, node_bmc_defaults))")
+    args = (f"name={{{{ {login}.address }}}} port={{{{ {login}.port }}}} "
+            f"user={{{{ {login}.username }}}} password={{{{ {login}.password }}}} state=")
     for state, running in (("off", False), ("on", True)):
         res = lab_cli("ansible", node.name, "-c", "local",
                       "-e", "ansible_python_interpreter={{ ansible_playbook_python }}",

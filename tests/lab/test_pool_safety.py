@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
-from labtools import REPO, lab_cli
+from labtools import lab_cli
+
+from tests.inventory_files import LAB, group_vars
 
 pytestmark = pytest.mark.lab
 
-LAB_VARS = yaml.safe_load((REPO / "inventories/lab/group_vars/all/cluster.yml").read_text())
+LAB_VARS = group_vars(LAB, "all")
 POOL = LAB_VARS["cluster_pool"]
 
 
@@ -38,7 +39,7 @@ def test_disks_of_an_exported_pool_are_not_wiped(lab, site, lab_log):
     guid = head(lab, f"zpool get -H -o value guid {pool}").strip()
     scratch = head(lab, f"zfs get -H -o value mountpoint {pool}/data/scratch").strip()
     head(lab, f"echo precious-{guid} > {scratch}/export-probe && sync")
-    tftp = LAB_VARS["cluster_tftp_root"].rstrip("/") + "/"
+    tftp = LAB_VARS.get("cluster_tftp_root", "/srv/tftp").rstrip("/") + "/"
     # the /boot bind mounts of the images (netboot) keep the pool busy
     binds = [t for t in head(lab, "findmnt -rn -t zfs -o TARGET").split() if t.startswith(tftp)]
     try:

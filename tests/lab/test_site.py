@@ -13,12 +13,13 @@ import re
 import time
 
 import pytest
-import yaml
-from labtools import REPO, recap, run_site
+from labtools import recap, run_site
+
+from tests.inventory_files import LAB, group_vars
 
 pytestmark = pytest.mark.lab
 
-LAB_VARS = yaml.safe_load((REPO / "inventories/lab/group_vars/all/cluster.yml").read_text())
+LAB_VARS = group_vars(LAB, "all")
 WRITABLE = LAB_VARS["cluster_writable_paths"]
 HEAD_MGMT = "10.77.0.1"
 

@@ -11,13 +11,14 @@ import re
 import sys
 
 import pytest
-import yaml
 from ansible_collections.junkyard.cluster.plugins.module_utils import draid
-from labtools import REPO, lab_cli, mount_on
+from labtools import lab_cli, mount_on
+
+from tests.inventory_files import LAB, group_vars
 
 pytestmark = pytest.mark.lab
 
-LAB_VARS = yaml.safe_load((REPO / "inventories/lab/group_vars/all/cluster.yml").read_text())
+LAB_VARS = group_vars(LAB, "all")
 POOL = LAB_VARS["cluster_pool"]
 MIB = 1024 * 1024
 

@@ -10,15 +10,10 @@ value added to one of them alone fails here with its path.
 from __future__ import annotations
 
 import fnmatch
-from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import REPO
-
-EXAMPLE = REPO / "inventories" / "example"
-LAB = REPO / "inventories" / "lab"
+from tests.inventory_files import EXAMPLE, LAB, group_vars, hosts
 
 # Paths (dot-separated, * matches one key or index) whose values may differ, by reason.
 MAY_DIFFER = {
@@ -53,28 +48,6 @@ LAB_ONLY = {
     "rocm_packages": "a small ROCm set for the emulated head to install",
     "rocm_verify_gpus": "the VMs have no GPU device to verify",
 }
-
-
-def _yaml(path: Path) -> dict:
-    data = yaml.safe_load(path.read_text())
-    return data if isinstance(data, dict) else {}
-
-
-def group_vars(inventory: Path) -> dict:
-    """Every variable of the inventory's group_vars, one namespace (no two files set one)."""
-    merged: dict = {}
-    files = sorted((inventory / "group_vars").rglob("*.yml"))
-    for path in files:
-        for key, value in _yaml(path).items():
-            assert key not in merged, f"{path}: {key} is also set in another group_vars file"
-            merged[key] = value
-    return merged
-
-
-def hosts(inventory: Path) -> tuple[dict, dict]:
-    groups = _yaml(inventory / "hosts.yml")["all"]["children"]
-    [head] = groups["storage_head"]["hosts"].values()
-    return head, groups["gpu_nodes"]["hosts"]
 
 
 def _allowed(path: str) -> bool:
