@@ -11,9 +11,11 @@ Runs after test_site.py (the nodes are up) and before test_health.py.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+from labtools import lab_cli
 
 pytestmark = pytest.mark.lab
 
@@ -93,3 +95,26 @@ def test_gpu_currents_drive_their_sides_fans_and_a_stopped_daemon_leaves_them_fu
         res = lab.node_ssh(node01, "rc-service junkyard-fan start")
         assert res.returncode == 0, res.stdout + res.stderr
     assert lab.qemu_pid(node02), "node02 went down during the fan test"
+
+
+def test_burn_in_probes_the_fans_before_the_load(lab, site, lab_log, tmp_path):
+    """playbooks/burn_in.yml on a booted node: junkyard-fan --probe first (the zones'
+    tachometers follow the two duties it sets), then the load; the daemon regulates
+    again afterwards."""
+    node01 = lab.cfg.node("node01")
+    res = lab_cli("run", "playbooks/burn_in.yml", "-e", json.dumps({
+        "burn_in_node": "node01", "burn_in_duration_s": 6, "burn_in_interval_s": 2,
+        "burn_in_memory_workers": 1, "burn_in_memory_bytes": "64M",
+        # the VMs have no GPU device to load
+        "burn_in_gpu_tool": "none", "health_report_dir": str(tmp_path)}),
+        log=lab_log, timeout=1800)
+    assert res.returncode == 0, res.stdout[-5000:]
+    [report] = sorted((tmp_path / "burn-in").glob("node01-*.json"))
+    verdict = json.loads(report.read_text())
+    assert verdict["passed"], verdict
+    [probe] = [n for n in verdict["notes"] if n.startswith("fan probe: ")]
+    for zone in ("gpu-left (fan_id 1)", "gpu-right (fan_id 2)", "cpu (fan_id 0)"):
+        assert f"zone {zone}: passed" in probe, probe
+    status = lab.node_ssh(node01, f"rc-service junkyard-fan status; cat {METRICS}").stdout
+    assert "started" in status, status
+    assert 'junkyard_fan_probe_failed 0' in status, status[-3000:]
