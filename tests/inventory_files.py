@@ -3,9 +3,15 @@ every test that reads inventories/lab or inventories/example directly."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
+from ansible_collections.junkyard.cluster.plugins.action.cluster_model import (
+    NODE_KEYS,
+    secret_verdict,
+)
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import merge_bmc
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "inventories" / "lab"
@@ -34,8 +40,45 @@ def group_vars(inventory: Path, group: str | None = None) -> dict:
     return merged
 
 
+def _groups(inventory: Path) -> dict:
+    return _yaml(inventory / "hosts.yml")["all"]["children"]
+
+
 def hosts(inventory: Path) -> tuple[dict, dict]:
     """(the storage head's host variables, {node: host variables})."""
-    groups = _yaml(inventory / "hosts.yml")["all"]["children"]
+    groups = _groups(inventory)
     [head] = groups["storage_head"]["hosts"].values()
     return head, groups["gpu_nodes"]["hosts"]
+
+
+def model_data(inventory: Path) -> dict:
+    """The inventory as the cluster_model action hands it to build_model, from the files
+    as written (no templating: a value with a lookup stays the lookup's text).
+
+    The ``cluster_*`` variables of group_vars/all; each node's model variables from
+    group_vars/all, group_vars/gpu_nodes and its host variables, in Ansible's order;
+    its BMC settings as node_bmc_defaults with node_bmc over them, without the
+    password, whose supply (env, vault, ...) is the node's entry in ``secrets``."""
+    common = group_vars(inventory, "all")
+    node_group = group_vars(inventory, "gpu_nodes")
+    groups = _groups(inventory)
+    [(head_name, head)] = groups["storage_head"]["hosts"].items()
+    nodes, secrets = {}, {}
+    for name, host in groups["gpu_nodes"]["hosts"].items():
+        raw = copy.deepcopy({**common, **node_group, **host})
+        node = {key: raw.get(key) for key in NODE_KEYS}
+        bmc = merge_bmc(raw.get("node_bmc_defaults"), raw.get("node_bmc"))
+        node["_bmc_sources"] = {
+            key: {k: None if k == "password" else v for k, v in raw[key].items()}
+            for key in ("node_bmc", "node_bmc_defaults") if isinstance(raw.get(key), dict)}
+        node["node_bmc"] = {k: v for k, v in bmc.items() if k != "password"}
+        secrets[name] = secret_verdict(bmc.get("password"), raw)
+        nodes[name] = node
+    return {
+        "cluster": {k.removeprefix("cluster_"): copy.deepcopy(v)
+                    for k, v in common.items() if k.startswith("cluster_")},
+        "head": {"name": head_name,
+                 "vars": {"head_interfaces": copy.deepcopy(head["head_interfaces"])}},
+        "nodes": nodes,
+        "secrets": secrets,
+    }

@@ -4,10 +4,8 @@ running Ansible."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
-import yaml
 from ansible.parsing.vault import EncryptedString, VaultLib, VaultSecret
 from ansible_collections.junkyard.cluster.plugins.action.cluster_model import (
     image_state,
@@ -16,26 +14,15 @@ from ansible_collections.junkyard.cluster.plugins.action.cluster_model import (
 from ansible_collections.junkyard.cluster.plugins.filter.image import image_builds
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
-LAB = Path(__file__).resolve().parents[2] / "inventories" / "lab"
+from tests.inventory_files import LAB, model_data
 
 
-def lab_data(nodes=None):
-    cluster = yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text())
-    # the file as written, not templated: its one lookup (the proxy port) at its default
-    cluster["cluster_apt_proxy"] = "http://127.0.0.1:3142"
-    hosts = yaml.safe_load((LAB / "hosts.yml").read_text())["all"]["children"]
-    group = yaml.safe_load((LAB / "group_vars" / "gpu_nodes.yml").read_text())
-    head = hosts["storage_head"]["hosts"]["head"]
-    node_vars = {}
-    for name, hv in (nodes or hosts["gpu_nodes"]["hosts"]).items():
-        node_vars[name] = {"node_profile": group["node_profile"],
-                           "node_image": group["node_image"], **copy.deepcopy(hv)}
-    return {
-        "cluster": {k[len("cluster_"):]: v for k, v in cluster.items()},
-        "head": {"name": "head", "vars": {"head_interfaces": head["head_interfaces"]}},
-        "nodes": node_vars,
-        "secrets": {n: "env" for n in node_vars},
-    }
+def lab_data():
+    """The lab inventory as build_model reads it (the files as written)."""
+    data = model_data(LAB)
+    # not templated: its one lookup (the proxy port) at its default
+    data["cluster"]["apt_proxy"] = "http://127.0.0.1:3142"
+    return data
 
 
 def test_lab_model_derives_boot_entries_and_least_privilege_exports():
@@ -65,12 +52,13 @@ def test_lab_model_derives_boot_entries_and_least_privilege_exports():
     names = {d["name"]: d["properties"] for d in model["datasets"]}
     assert names["tank/images"]["acltype"] == "off"
     assert "tank/images/bookworm/v1" in names
-    assert names["tank/data/scratch"] == {"recordsize": "1M"}
+    assert names["tank/data/projects"] == {"recordsize": "1M"}
+    assert names["tank/data/scratch"] == {"recordsize": "1M", "sync": "disabled"}
 
 
 def test_boot_server_and_module_blacklist_reach_the_boot_entry():
     data = lab_data()
-    data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_module_blacklist"] = [
+    data["cluster"]["hardware_profiles"]["g292-z20"]["kernel_module_blacklist"] = [
         "floppy", "pcspkr"]
     model, errors = build_model(data)
     assert errors == []
@@ -80,7 +68,7 @@ def test_boot_server_and_module_blacklist_reach_the_boot_entry():
     # the profile's own arguments, then the blacklist, once
     assert words[-1] == "modprobe.blacklist=floppy,pcspkr"
     assert sum(w.startswith("modprobe.blacklist=") for w in words) == 1
-    del data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_module_blacklist"]
+    del data["cluster"]["hardware_profiles"]["g292-z20"]["kernel_module_blacklist"]
     model, _unused = build_model(data)
     assert not any(w.startswith("modprobe.blacklist=")
                    for w in model["nodes"][0]["boot"]["cmdline"].split())
@@ -92,7 +80,7 @@ def test_initramfs_modules_are_every_booting_profiles_or_none():
     model, errors = build_model(data)
     assert errors == [] and model["initramfs_modules"] == ["virtio_net", "virtio_pci"]
     # a second profile that some node boots with: the union, sorted
-    profiles["other"] = {**copy.deepcopy(profiles["lab-vm"]), "initramfs_modules": ["igb"]}
+    profiles["other"] = {**copy.deepcopy(profiles["g292-z45"]), "initramfs_modules": ["igb"]}
     data["nodes"]["node02"]["node_profile"] = "other"
     model, errors = build_model(data)
     assert errors == [] and model["initramfs_modules"] == ["igb", "virtio_net", "virtio_pci"]
@@ -101,7 +89,7 @@ def test_initramfs_modules_are_every_booting_profiles_or_none():
     model, errors = build_model(data)
     assert errors == [] and model["initramfs_modules"] is None
     # a profile no node boots with does not count
-    data["nodes"]["node02"]["node_profile"] = "lab-vm"
+    data["nodes"]["node02"]["node_profile"] = "g292-z45"
     model, _unused = build_model(data)
     assert model["initramfs_modules"] == ["virtio_net", "virtio_pci"]
 
@@ -120,7 +108,8 @@ def test_adding_a_node_adds_only_its_own_data():
     assert errors == []
     new = {d["name"] for d in after["datasets"]} - {d["name"] for d in before["datasets"]}
     assert new == {"tank/nodes/node03", "tank/nodes/node03/var-log",
-                   "tank/nodes/node03/var-lib-rasdaemon", "tank/nodes/node03/ssh-host-keys"}
+                   "tank/nodes/node03/var-lib-rasdaemon", "tank/nodes/node03/metrics",
+                   "tank/nodes/node03/ssh-host-keys"}
     assert after["nodes"][:2] == before["nodes"]
 
 

@@ -12,7 +12,7 @@ from tests.unit.test_cluster_model import lab_data
 
 
 def _quad(data, zones):
-    prof = data["cluster"]["hardware_profiles"]["lab-vm"]
+    prof = data["cluster"]["hardware_profiles"]["g292-z20"]
     prof["gpu"] = {"model": "MI100", "count": 4, "gfx_target": "gfx908"}
     prof["bmc"]["gpu_current_sensors"] = ["A", "B", "C", "D"]
     prof["fan_zones"] = zones
@@ -60,7 +60,7 @@ def _data_mount(mount):
 
 def _cmdline(args):
     def mutate(data):
-        data["cluster"]["hardware_profiles"]["lab-vm"]["kernel_cmdline"] = args
+        data["cluster"]["hardware_profiles"]["g292-z20"]["kernel_cmdline"] = args
     return mutate
 
 
@@ -77,10 +77,10 @@ CASES = [
      "overlaps the data subnet 10.78.0.0/24"),
     (lambda d: _quad(d, [{"name": "front", "fan_id": 1, "gpus": [0, 1]},
                          {"name": "rear", "fan_id": 2, "gpus": [2]}]),
-     "cluster: cluster_hardware_profiles.lab-vm.fan_zones 3 is a GPU in no fan zone"),
+     "cluster: cluster_hardware_profiles.g292-z20.fan_zones 3 is a GPU in no fan zone"),
     (lambda d: _quad(d, [{"name": "front", "fan_id": 1, "gpus": [0, 1]},
                          {"name": "rear", "fan_id": 1, "gpus": [2, 3]}]),
-     "cluster: cluster_hardware_profiles.lab-vm.fan_zones[1].fan_id 1 is already the fan of "
+     "cluster: cluster_hardware_profiles.g292-z20.fan_zones[1].fan_id 1 is already the fan of "
      "zone front"),
     (_head_name, "Storage_01: inventory_hostname Storage_01 is not a valid host name"),
     (_node_mac("node01", "mgmt", "00:00:00:00:00:00"), "node01: node_interfaces.mgmt.mac "
@@ -99,9 +99,9 @@ CASES = [
     (_data_mount("/data/a,b"), "cluster: cluster_data_datasets[0].mount /data/a,b contains a "
      "character"),
     (_data_mount("/usr"), "cluster: cluster_data_datasets[0].mount /usr would hide a directory"),
-    (_writable("/etc", "overlay"), "cluster: cluster_writable_paths[8].path /etc is a directory "
+    (_writable("/etc", "overlay"), "cluster: cluster_writable_paths[10].path /etc is a directory "
      "the node needs from its image as a whole: a overlay mount"),
-    (_writable("/usr", "tmpfs"), "cluster: cluster_writable_paths[8].path /usr is a directory "
+    (_writable("/usr", "tmpfs"), "cluster: cluster_writable_paths[10].path /usr is a directory "
      "the node needs"),
     (_cluster(domain="lab internal"), "cluster: cluster_domain lab internal is not a DNS domain"),
     (_cluster(domain="lab,internal"), "cluster: cluster_domain lab,internal is not a DNS domain"),
@@ -115,7 +115,7 @@ CASES = [
     (_cluster(tftp_root="/srv/tftp\n"), "cluster: cluster_tftp_root '/srv/tftp\\n' contains a "
      "character"),
     (_cmdline(["console=ttyS0,115200 quiet"]), "cluster: "
-     "cluster_hardware_profiles.lab-vm.kernel_cmdline console=ttyS0,115200 quiet is not one "
+     "cluster_hardware_profiles.g292-z20.kernel_cmdline console=ttyS0,115200 quiet is not one "
      "kernel argument"),
     (_device("eno 1"), "head: head_interfaces.mgmt.device eno 1 is not a network interface name"),
 ]

@@ -90,8 +90,8 @@ def _set(path, value):
      "known keys: type, disks, parity, data, spares, children"),
     (("cluster", "networks", "data", "mut"), 9000,
      "cluster: cluster_networks.data mut is not a known key (did you mean mtu?)"),
-    (("cluster", "hardware_profiles", "lab-vm", "bmc", "cpu_temp_sensor"), ["CPU0_TEMP"],
-     "cluster: cluster_hardware_profiles.lab-vm.bmc cpu_temp_sensor is not a known key "
+    (("cluster", "hardware_profiles", "g292-z20", "bmc", "cpu_temp_sensor"), ["CPU0_TEMP"],
+     "cluster: cluster_hardware_profiles.g292-z20.bmc cpu_temp_sensor is not a known key "
      "(did you mean cpu_temp_sensors?)"),
     (("cluster", "writable_paths", 3, "sise"), "4g",
      "cluster: cluster_writable_paths[3] sise is not a known key (did you mean size?)"),
@@ -99,12 +99,12 @@ def _set(path, value):
      "node01: node_interfaces.mgmt macaddr is not a known key (did you mean mac?)"),
     (("head", "vars", "head_interfaces", "mgmnt"), {},
      "head: head_interfaces mgmnt is not a known key (did you mean mgmt?)"),
-    (("cluster", "hardware_profiles", "lab-vm", "bmc", "cpu_temp_sensors"), "CPU0_TEMP",
-     "cluster: cluster_hardware_profiles.lab-vm.bmc.cpu_temp_sensors CPU0_TEMP must be a list "
+    (("cluster", "hardware_profiles", "g292-z20", "bmc", "cpu_temp_sensors"), "CPU0_TEMP",
+     "cluster: cluster_hardware_profiles.g292-z20.bmc.cpu_temp_sensors CPU0_TEMP must be a list "
      "of sensor names, not a string"),
-    (("cluster", "hardware_profiles", "lab-vm", "fan_zones"), [{"name": "f", "fan_id": 1,
-                                                               "gpus": "0-3"}],
-     "cluster: cluster_hardware_profiles.lab-vm.fan_zones[0].gpus 0-3 must be a list of GPU "
+    (("cluster", "hardware_profiles", "g292-z20", "fan_zones"), [{"name": "f", "fan_id": 1,
+                                                                 "gpus": "0-3"}],
+     "cluster: cluster_hardware_profiles.g292-z20.fan_zones[0].gpus 0-3 must be a list of GPU "
      "numbers, not a string"),
     (("cluster", "pool", "vdevs", 0, "disks"), "/dev/sda",
      "cluster: cluster_pool.vdevs[0].disks /dev/sda must be a list of device paths"),
@@ -122,7 +122,7 @@ def test_unknown_keys_and_wrong_shapes_are_refused(path, value, expected):
 
 def test_fan_daemon_profile_keys_are_accepted():
     def mutate(data):
-        prof = data["cluster"]["hardware_profiles"]["lab-vm"]
+        prof = data["cluster"]["hardware_profiles"]["g292-z20"]
         prof["gpu"] = {"model": "MI100", "count": 2, "gfx_target": "gfx908", "max_power_w": 300,
                        "pci_addresses": ["0000:03:00.0", "0000:43:00.0"]}
         prof["bmc"].update(gpu_current_sensors=["A", "B"], gpu_temp_sensors=["T0", "T1"])
