@@ -12,7 +12,7 @@ from ansible_collections.junkyard.cluster.plugins.filter.slurm import (
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
 from tests.unit.test_cluster_model import lab_data
-from tests.unit.test_slurm_model import example_data
+from tests.unit.test_slurm_model import example_data, keep_gpus
 
 
 def _slurm(data):
@@ -58,9 +58,9 @@ ReturnToService=1
 # whole node.
 
 NodeName=node01 NodeAddr=10.77.0.11 CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 \
-RealMemory=1024 State=UNKNOWN
+RealMemory=1024 Gres=gpu:mi100:8 State=UNKNOWN
 NodeName=node02 NodeAddr=10.77.0.12 CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 \
-RealMemory=1024 State=UNKNOWN
+RealMemory=1024 Gres=gpu:mi100:8 State=UNKNOWN
 
 PartitionName=gpu Nodes=node01,node02 Default=YES MaxTime=UNLIMITED DefMemPerCPU=1024 \
 State=UP
@@ -71,8 +71,22 @@ def test_the_labs_slurm_conf():
     assert slurm_conf(_slurm(lab_data()), "/tank/slurm/state") == LAB_SLURM_CONF
 
 
-def test_the_labs_gres_conf_has_no_gpu():
-    assert slurm_gres_conf(_slurm(lab_data())) == "# No node has a GPU.\n"
+def test_the_labs_gres_conf_has_each_profiles_gpus():
+    assert slurm_gres_conf(_slurm(lab_data())) == "".join(
+        f"# hardware profile {profile}: its GPUs in GPU order\n"
+        + "".join(f"NodeName={node} Name=gpu Type=mi100 File=/dev/dri/renderD{128 + i} "
+                  "Flags=amd_gpu_env\n" for i in range(8))
+        for profile, node in (("g292-z20", "node01"), ("g292-z45", "node02")))
+
+
+def test_a_cluster_without_gpus_gets_a_gres_conf_without_gpus():
+    data = lab_data()
+    for prof in data["cluster"]["hardware_profiles"].values():
+        keep_gpus(prof, 0)
+        prof["gpu"] = {"count": 0}
+    slurm = _slurm(data)
+    assert "Gres=" not in slurm_conf(slurm)
+    assert slurm_gres_conf(slurm) == "# No node has a GPU.\n"
 
 
 def test_the_examples_nodes_partitions_and_gpus():
@@ -115,12 +129,14 @@ def test_partitions_of_the_inventory_are_rendered_in_order():
 
 def test_a_profile_of_a_few_gpus_gets_that_many_render_nodes():
     data = lab_data()
-    data["cluster"]["hardware_profiles"]["lab-vm"]["gpu"] = {
-        "model": "MI50", "count": 2, "gfx_target": "gfx906"}
+    prof = data["cluster"]["hardware_profiles"]["g292-z20"]
+    keep_gpus(prof, 2)
+    prof["gpu"].update(model="MI50", gfx_target="gfx906")
+    data["nodes"]["node02"]["node_profile"] = "g292-z20"  # both nodes: one line a GPU
     slurm = _slurm(data)
     assert " Gres=gpu:mi50:2 State=UNKNOWN\n" in slurm_conf(slurm)
     assert slurm_gres_conf(slurm) == (
-        "# hardware profile lab-vm: its GPUs in GPU order\n"
+        "# hardware profile g292-z20: its GPUs in GPU order\n"
         "NodeName=node01,node02 Name=gpu Type=mi50 File=/dev/dri/renderD128 Flags=amd_gpu_env\n"
         "NodeName=node01,node02 Name=gpu Type=mi50 File=/dev/dri/renderD129 Flags=amd_gpu_env\n")
 
@@ -136,10 +152,10 @@ def test_the_default_memory_per_cpu_is_the_smallest_share_of_the_partitions_node
 
 def test_a_node_whose_profile_does_not_state_its_cpus_is_refused():
     data = lab_data()
-    del data["cluster"]["hardware_profiles"]["lab-vm"]["cpu_threads_per_core"]
-    del data["cluster"]["hardware_profiles"]["lab-vm"]["memory"]["size_mib"]
+    del data["cluster"]["hardware_profiles"]["g292-z20"]["cpu_threads_per_core"]
+    del data["cluster"]["hardware_profiles"]["g292-z20"]["memory"]["size_mib"]
     with pytest.raises(AnsibleFilterError, match=(
-            r"^node01: cluster_hardware_profiles.lab-vm does not state cpu_threads_per_core, "
+            r"^node01: cluster_hardware_profiles.g292-z20 does not state cpu_threads_per_core, "
             r"memory.size_mib: Slurm would take the node for 1 CPU and 1 MiB")):
         slurm_conf(_slurm(data))
 

@@ -3,35 +3,29 @@ definition from its hardware profile, and the refusals of cluster_slurm."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
 import pytest
-import yaml
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model.slurm import (
     incomplete,
     real_memory,
 )
 
+from tests.inventory_files import EXAMPLE, model_data
 from tests.unit.test_cluster_model import lab_data
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example"
 
 
 def example_data():
-    """The example inventory as build_model reads it (the file as written)."""
-    hosts = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())["all"]["children"]
-    group = yaml.safe_load((EXAMPLE / "group_vars" / "gpu_nodes.yml").read_text())
-    cluster = {}
-    for part in ("cluster.yml", "hardware.yml", "pool.yml"):
-        cluster.update(yaml.safe_load((EXAMPLE / "group_vars" / "all" / part).read_text()))
-    head_name, head = next(iter(hosts["storage_head"]["hosts"].items()))
-    nodes = {name: {"node_image": group["node_image"], **copy.deepcopy(hv)}
-             for name, hv in hosts["gpu_nodes"]["hosts"].items()}
-    return {"cluster": {k[len("cluster_"):]: v for k, v in cluster.items()},
-            "head": {"name": head_name, "vars": {"head_interfaces": head["head_interfaces"]}},
-            "nodes": nodes, "secrets": dict.fromkeys(nodes, "env")}
+    """The example inventory as build_model reads it (the files as written)."""
+    return model_data(EXAMPLE)
+
+
+def keep_gpus(profile, count):
+    """``profile`` cut to its first ``count`` GPUs: their current sensors and their places
+    in the fan zones go with them (what the model checks against the count)."""
+    profile["gpu"]["count"] = count
+    profile["bmc"]["gpu_current_sensors"] = profile["bmc"]["gpu_current_sensors"][:count]
+    for zone in profile["fan_zones"]:
+        zone["gpus"] = [gpu for gpu in zone["gpus"] if gpu < count]
 
 
 def _model(data):
@@ -60,11 +54,13 @@ def test_the_lab_gets_one_default_partition_and_the_head_as_controller():
                                     "default": True, "max_time": "UNLIMITED",
                                     "def_mem_per_cpu": 1024}]
     assert slurm["slurmd_spool_dir"] == "/run/slurmd"
-    # 1536 MiB less the minimum reserve of 512 MiB (5 % would be 77)
+    # 1536 MiB less the minimum reserve of 512 MiB (5 % would be 77); the profile's GPUs
+    # in GPU order
     assert slurm["nodes"][0] == {
-        "name": "node01", "address": "10.77.0.11", "profile": "lab-vm", "sockets": 1,
+        "name": "node01", "address": "10.77.0.11", "profile": "g292-z20", "sockets": 1,
         "cores_per_socket": 1, "threads_per_core": 1, "cpus": 1, "real_memory": 1024,
-        "gres": []}
+        "gres": [{"name": "gpu", "type": "mi100", "count": 8,
+                  "files": [f"/dev/dri/renderD{128 + i}" for i in range(8)]}]}
     assert slurm["munge_key"] == {
         "node_path": "/var/lib/ssh-host-keys/munge.key",
         "head_paths": [{"node": "node01", "path": "/tank/nodes/node01/ssh-host-keys/munge.key"},
@@ -112,7 +108,7 @@ def test_without_a_default_the_first_partition_is_the_default():
 
 def test_a_profile_without_cpus_or_memory_gives_an_incomplete_definition():
     data = lab_data()
-    prof = data["cluster"]["hardware_profiles"]["lab-vm"]
+    prof = data["cluster"]["hardware_profiles"]["g292-z20"]
     del prof["cpu_cores_per_socket"]
     del prof["memory"]["size_mib"]
     slurm = _model(data)
@@ -166,14 +162,14 @@ def test_real_memory_keeps_the_larger_reserve():
     ({"slurmd_spool_dir": "/var/spool/slurmd"},
      "cluster: cluster_slurm.slurmd_spool_dir /var/spool/slurmd is on the node's read-only "
      "root: put it under /run or make it a writable path (cluster_writable_paths: /var/log, "
-     "/var/lib/rasdaemon, /tmp, /var/tmp, /var/lib/dhcp, /var/lib/nfs, /run/junkyard, "
-     "/etc/ssh, /var/lib/ssh-host-keys)"),
+     "/var/lib/rasdaemon, /var/lib/prometheus/node-exporter, /tmp, /var/tmp, /var/lib/dhcp, "
+     "/var/lib/nfs, /run/junkyard, /etc/ssh, /var/lib/sudo, /var/lib/ssh-host-keys)"),
     ({"slurmd_spool_dir": "spool"},
      "cluster: cluster_slurm.slurmd_spool_dir spool is not an absolute path"),
     ({"memory_reserve_percent": 100},
      "cluster: cluster_slurm.memory_reserve_percent 100 must be a number from 0 to below 100"),
     ({"memory_reserve_min_mib": 2000},
-     "cluster: cluster_hardware_profiles.lab-vm.memory.size_mib 1536 leaves no memory for "
+     "cluster: cluster_hardware_profiles.g292-z20.memory.size_mib 1536 leaves no memory for "
      "jobs after the system's reserve (cluster_slurm.memory_reserve_percent 5, "
      "memory_reserve_min_mib 2000)"),
     ("gpu",
@@ -185,26 +181,32 @@ def test_cluster_slurm_refusals_name_the_field_and_value(slurm, msg):
 
 @pytest.mark.parametrize("change,msg", [
     (("cpu_cores_per_socket", 0),
-     "cluster: cluster_hardware_profiles.lab-vm.cpu_cores_per_socket 0 must be an integer >= 1"),
+     "cluster: cluster_hardware_profiles.g292-z20.cpu_cores_per_socket 0 must be an integer "
+     ">= 1"),
     (("cpu_threads_per_core", "2"),
-     "cluster: cluster_hardware_profiles.lab-vm.cpu_threads_per_core 2 must be an integer, not "
+     "cluster: cluster_hardware_profiles.g292-z20.cpu_threads_per_core 2 must be an integer, "
+     "not "
      "a string"),
-    (("gpu", {"model": "MI 100", "count": 2, "gfx_target": "gfx908"}),
-     "cluster: cluster_hardware_profiles.lab-vm.gpu.model MI 100 is not a GPU model Slurm can "
+    (("gpu", {"model": "MI 100", "count": 8, "gfx_target": "gfx908", "max_power_w": 300}),
+     "cluster: cluster_hardware_profiles.g292-z20.gpu.model MI 100 is not a GPU model Slurm "
+     "can "
      "take as the GRES type (letters, digits, _ . -; e.g. MI100, written gpu:mi100)"),
     (("memory", {"size_mib": "1536"}),
-     "cluster: cluster_hardware_profiles.lab-vm.memory.size_mib 1536 must be an integer, not "
+     "cluster: cluster_hardware_profiles.g292-z20.memory.size_mib 1536 must be an integer, "
+     "not "
      "a string"),
 ])
 def test_profile_fields_of_the_node_definition_are_checked(change, msg):
     data = lab_data()
     key, value = change
-    data["cluster"]["hardware_profiles"]["lab-vm"][key] = value
+    data["cluster"]["hardware_profiles"]["g292-z20"][key] = value
     errors = _errors(data)
     assert any(e.startswith(msg) for e in errors), errors
 
 
 def test_a_gpu_less_profile_needs_no_model():
     data = lab_data()
-    data["cluster"]["hardware_profiles"]["lab-vm"]["gpu"] = {"count": 0}
+    prof = data["cluster"]["hardware_profiles"]["g292-z45"]  # node02's
+    keep_gpus(prof, 0)
+    prof["gpu"] = {"count": 0}
     assert _model(data)["nodes"][1]["gres"] == []
