@@ -27,9 +27,14 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model imp
     build_model,
 )
 
+from tests.inventory_files import LAB, group_vars  # noqa: E402
+
 
 def inventory(n, root):
-    cluster = yaml.safe_load((REPO / "inventories/lab/group_vars/all/cluster.yml").read_text())
+    # the lab's cluster_* variables (group_vars/all, every file); its apt proxy as templated
+    # by default (build_model below reads the values as written)
+    cluster = {k: v for k, v in group_vars(LAB, "all").items() if k.startswith("cluster_")}
+    cluster["cluster_apt_proxy"] = "http://127.0.0.1:3142"
     cluster["cluster_networks"]["mgmt"]["subnet"] = "10.80.0.0/20"
     cluster["cluster_networks"]["data"]["subnet"] = "10.96.0.0/20"
     cluster["cluster_networks"]["bmc"]["subnet"] = "10.112.0.0/20"
@@ -37,7 +42,7 @@ def inventory(n, root):
     for i in range(n):
         hi, lo = divmod(i + 11, 250)
         nodes[f"n{i:04d}"] = {
-            "node_profile": "lab-vm", "node_image": "bookworm",
+            "node_profile": ("g292-z20", "g292-z45")[i % 2], "node_image": "bookworm",
             "node_interfaces": {
                 "mgmt": {"mac": f"52:54:01:00:{hi:02x}:{lo:02x}", "ip": f"10.80.{hi}.{lo}"},
                 "data": {"mac": f"52:54:02:00:{hi:02x}:{lo:02x}", "ip": f"10.96.{hi}.{lo}"}},
