@@ -4,7 +4,6 @@ its proposal passes the cluster model's validation and the fan daemon's unchange
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model imp
 from bmc_sim.simctl import HERE as SIM_DIR
 from bmc_sim.simctl import BmcSim, SimOptions
 from tests.conftest import REPO
+from tests.inventory_files import EXAMPLE, LAB, group_vars, model_data
 
 pytestmark = [
     pytest.mark.bmc,
@@ -32,7 +32,6 @@ pytestmark = [
                        reason="needs ipmi_sim (openipmi) and ipmitool"),
 ]
 
-EXAMPLE = REPO / "inventories" / "example"
 # The Supermicro-like board: FAN1-FAN6 on zone 1 (sensors 0x41-0x46), FANA and FANB
 # on zone 0 (0x47, 0x48), as its proposal zones them.
 SM8GPU = SimOptions(name="sm8gpu", emu_file=SIM_DIR / "sm8gpu.emu",
@@ -72,21 +71,11 @@ def discover(sim: BmcSim, tmp_path, **options) -> dict:
 def example_data(profile_name: str, profile: dict) -> dict:
     """The example inventory as build_model reads it, with ``profile`` substituted for
     every node's profile."""
-    hosts = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())["all"]["children"]
-    group = yaml.safe_load((EXAMPLE / "group_vars" / "gpu_nodes.yml").read_text())
-    cluster = {}
-    for part in ("cluster.yml", "hardware.yml", "pool.yml"):
-        cluster.update(yaml.safe_load((EXAMPLE / "group_vars" / "all" / part).read_text()))
-    cluster["cluster_hardware_profiles"] = {profile_name: profile}
-    head_name, head = next(iter(hosts["storage_head"]["hosts"].items()))
-    nodes = {}
-    for name, hv in hosts["gpu_nodes"]["hosts"].items():
-        hv = copy.deepcopy(hv)
-        hv["node_profile"] = profile_name
-        nodes[name] = {"node_image": group["node_image"], **hv}
-    return {"cluster": {k[len("cluster_"):]: v for k, v in cluster.items()},
-            "head": {"name": head_name, "vars": {"head_interfaces": head["head_interfaces"]}},
-            "nodes": nodes, "secrets": dict.fromkeys(nodes, "env")}
+    data = model_data(EXAMPLE)
+    data["cluster"]["hardware_profiles"] = {profile_name: profile}
+    for node in data["nodes"].values():
+        node["node_profile"] = profile_name
+    return data
 
 
 def test_another_boards_bmc_gives_a_profile_the_model_and_the_daemon_accept(
@@ -142,8 +131,7 @@ def test_the_g292_z20_bmc_gives_the_examples_sensors_zoned_by_side(tmp_path):
     with BmcSim(tmp_path / "bmc") as sim:
         found = discover(sim, tmp_path, profile_name="g292-z20")
     profile = found["profile"]
-    example = yaml.safe_load((EXAMPLE / "group_vars" / "all" / "hardware.yml").read_text())[
-        "cluster_hardware_profiles"]["g292-z20"]
+    example = group_vars(EXAMPLE, "all")["cluster_hardware_profiles"]["g292-z20"]
     assert profile["bmc"] == example["bmc"]  # CPU0_VR_TEMP is not a CPU temperature
     assert profile["fan_commands"] == example["fan_commands"]
     assert profile["fan_zones"] == [
@@ -177,19 +165,16 @@ def test_an_unknown_vendor_needs_its_fan_command(sm8gpu):
 
 
 def test_discover_playbook_writes_the_proposal_for_the_node(sm8gpu, tmp_path):
-    lab = REPO / "inventories" / "lab"
     inv = tmp_path / "inventory"
-    shutil.copytree(lab, inv, ignore=shutil.ignore_patterns("discovered"))
+    shutil.copytree(LAB, inv, ignore=shutil.ignore_patterns("discovered"))
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
     node = hosts["all"]["children"]["gpu_nodes"]["hosts"]["node01"]
+    # the example's shape: the password only in node_bmc_defaults (group_vars), from
+    # JUNKYARD_LAB_BMC_PASSWORD
+    assert "password" not in node["node_bmc"]
+    assert "password" in group_vars(inv, "gpu_nodes")["node_bmc_defaults"]
     node["node_bmc"]["port"] = sm8gpu.port
-    # the example's shape: the password only in node_bmc_defaults (group_vars)
-    password = node["node_bmc"].pop("password")
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
-    group_vars = inv / "group_vars" / "gpu_nodes.yml"
-    gpu_vars = yaml.safe_load(group_vars.read_text())
-    gpu_vars["node_bmc_defaults"] = {**gpu_vars.get("node_bmc_defaults", {}), "password": password}
-    group_vars.write_text(yaml.safe_dump(gpu_vars, sort_keys=False))
     pdd = tmp_path / "runner"
     pdd.mkdir()
     r = ansible_runner.run(
