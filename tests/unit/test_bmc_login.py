@@ -24,23 +24,13 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model imp
 )
 
 from tests.conftest import REPO
-
-EXAMPLE = REPO / "inventories" / "example"
-EXAMPLE_DEFAULTS = yaml.safe_load((EXAMPLE / "group_vars" / "gpu_nodes.yml").read_text())
-EXAMPLE_HOSTS = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())["all"]["children"]
-
-
-def _example_cluster():
-    cluster = {}
-    for f in sorted((EXAMPLE / "group_vars" / "all").glob("*.yml")):
-        cluster.update(yaml.safe_load(f.read_text()) or {})
-    return cluster
+from tests.inventory_files import EXAMPLE, group_vars, hosts, model_data
 
 
 def test_the_example_keeps_the_password_in_the_defaults_only():
     """The shape this file tests: if the example changes, these tests must follow."""
-    assert "password" in EXAMPLE_DEFAULTS["node_bmc_defaults"]
-    for name, hv in EXAMPLE_HOSTS["gpu_nodes"]["hosts"].items():
+    assert "password" in group_vars(EXAMPLE, "gpu_nodes")["node_bmc_defaults"]
+    for name, hv in hosts(EXAMPLE)[1].items():
         assert "password" not in hv["node_bmc"], name
 
 
@@ -85,19 +75,10 @@ def test_merge_bmc(defaults, node, merged):
 
 
 def test_the_example_model_publishes_each_endpoint_without_a_password():
-    cluster = _example_cluster()
-    heads = EXAMPLE_HOSTS["storage_head"]["hosts"]
-    head = next(iter(heads))
-    nodes = {}
-    for name, hv in EXAMPLE_HOSTS["gpu_nodes"]["hosts"].items():
-        merged = merge_bmc(EXAMPLE_DEFAULTS["node_bmc_defaults"], hv["node_bmc"])
-        nodes[name] = {"node_image": EXAMPLE_DEFAULTS["node_image"], **hv,
-                       "node_bmc": {k: v for k, v in merged.items() if k != "password"}}
-    model, errors = build_model({
-        "cluster": {k[len("cluster_"):]: v for k, v in cluster.items()
-                    if k.startswith("cluster_")},
-        "head": {"name": head, "vars": heads[head]},
-        "nodes": nodes, "secrets": {n: "env" for n in nodes}})
+    # node_bmc_defaults with each node's node_bmc over them (merge_bmc, as the action)
+    data = model_data(EXAMPLE)
+    assert data["secrets"] == dict.fromkeys(data["nodes"], "env")
+    model, errors = build_model(data)
     assert errors == []
     gpu01 = next(n for n in model["nodes"] if n["name"] == "gpu01")
     assert gpu01["bmc"] == {"address": "10.40.0.11", "port": 623, "username": "admin",
@@ -126,7 +107,7 @@ def test_nodes_yml_powers_on_an_example_shaped_inventory(tmp_path):
         (inv / "group_vars" / "all").mkdir(parents=True)
         # the example's gpu_nodes group_vars, unchanged
         shutil.copy(EXAMPLE / "group_vars" / "gpu_nodes.yml", inv / "group_vars")
-        cluster = _example_cluster()
+        cluster = group_vars(EXAMPLE, "all")
         cluster["cluster_networks"]["bmc"]["subnet"] = "127.0.0.0/8"
         (inv / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump(cluster))
         hosts = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
