@@ -14,6 +14,7 @@ local), the image state in a temporary file with the new version already built.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ import yaml
 
 from bmc_sim.simctl import BmcSim, SimOptions
 from tests.conftest import REPO
+from tests.inventory_files import LAB, hosts
 
 pytestmark = [pytest.mark.bmc,
               pytest.mark.skipif(shutil.which("ipmi_sim") is None,
@@ -45,23 +47,20 @@ def cluster(tmp_path):
         sims[name] = BmcSim(tmp_path / f"bmc{n}", opts).start()
     inv = tmp_path / "inventory"
     inv.mkdir()
-    (inv / "group_vars").symlink_to(REPO / "inventories" / "lab" / "group_vars")
-    password = "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD') }}"
-    nodes = {
-        name: {
-            "node_interfaces": {"mgmt": {"mac": f"52:54:00:77:00:1{i}", "ip": f"10.77.0.1{i}"},
-                                "data": {"mac": f"52:54:00:78:00:1{i}", "ip": f"10.78.0.1{i}"}},
-            "node_bmc": {"address": "127.0.0.1", "port": sims[name].port, "username": "admin",
-                         "password": password}}
-        for i, name in enumerate(("node01", "node02"), start=1)}
-    hosts = {"all": {
+    (inv / "group_vars").symlink_to(LAB / "group_vars")
+    # the lab's hosts, played by this machine; each node's BMC port is its simulator's (the
+    # user and the password, from JUNKYARD_LAB_BMC_PASSWORD, are the lab's node_bmc_defaults)
+    lab_head, lab_nodes = hosts(LAB)
+    nodes = copy.deepcopy(lab_nodes)
+    for name, node in nodes.items():
+        node["node_bmc"]["port"] = sims[name].port
+    inventory = {"all": {
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
         "children": {
-            "storage_head": {"hosts": {"head": {"head_interfaces": {
-                "mgmt": {"mac": "52:54:00:77:00:01", "ip": "10.77.0.1"},
-                "data": {"mac": "52:54:00:78:00:01", "ip": "10.78.0.1"}}}}},
+            "storage_head": {"hosts": {"head": {
+                "head_interfaces": lab_head["head_interfaces"]}}},
             "gpu_nodes": {"hosts": nodes}}}}
-    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (inv / "hosts.yml").write_text(yaml.safe_dump(inventory))
     state = tmp_path / "image-state.yml"
     state.write_text(yaml.safe_dump(STATE))
     try:
