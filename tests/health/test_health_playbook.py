@@ -10,6 +10,7 @@ node image with rasdaemon and the fan daemon, and a node VM booted over NFS.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import socket
@@ -22,8 +23,7 @@ from junkyard_fan import metrics as fan_metrics
 from rasdaemon_fixtures import DAY, HOUR, create_db, edac_tree, mc_event, umc_mce
 
 from tests.conftest import REPO
-
-LAB = REPO / "inventories" / "lab"
+from tests.inventory_files import LAB, group_vars, hosts
 
 
 def closed_port():
@@ -36,38 +36,31 @@ def closed_port():
 
 
 def inventory(tmp_path):
-    cluster = yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text())
-    cluster["cluster_hardware_profiles"]["lab-vm"]["memory"]["dimm_labels"] = [
+    """The lab inventory's model (its cluster_* variables, node_image, node_bmc_defaults
+    and hosts), node01 played by this machine, node02 behind a closed SSH port."""
+    cluster = {k: v for k, v in group_vars(LAB, "all").items() if k.startswith("cluster_")}
+    cluster["cluster_hardware_profiles"]["g292-z20"]["memory"]["dimm_labels"] = [
         "DIMM_P0_A0", "DIMM_P0_B0"]
-    node = {"node_profile": "lab-vm", "node_image": "bookworm"}
-    hosts = {"all": {"children": {
+    node_group = {k: v for k, v in group_vars(LAB, "gpu_nodes").items()
+                  if k in ("node_image", "node_bmc_defaults")}
+    lab_head, lab_nodes = hosts(LAB)
+    nodes = copy.deepcopy(lab_nodes)
+    nodes["node01"].update(ansible_connection="local",
+                           ansible_python_interpreter=sys.executable)
+    nodes["node02"].update(ansible_connection="ssh", ansible_host="127.0.0.1",
+                           ansible_port=closed_port(), ansible_user="root",
+                           ansible_ssh_common_args="-o StrictHostKeyChecking=no "
+                                                   "-o UserKnownHostsFile=/dev/null")
+    inventory = {"all": {"children": {
         "storage_head": {"hosts": {"head": {
-            "ansible_connection": "local",
-            "head_interfaces": {"mgmt": {"mac": "52:54:00:77:00:01", "ip": "10.77.0.1"},
-                                "data": {"mac": "52:54:00:78:00:01", "ip": "10.78.0.1"}}}}},
-        "gpu_nodes": {"hosts": {
-            "node01": {**node, "ansible_connection": "local",
-                       "ansible_python_interpreter": sys.executable,
-                       "node_interfaces": {
-                           "mgmt": {"mac": "52:54:00:77:00:11", "ip": "10.77.0.11"},
-                           "data": {"mac": "52:54:00:78:00:11", "ip": "10.78.0.11"}},
-                       "node_bmc": {"address": "127.0.0.1", "port": 6231,
-                                    "username": "admin"}},
-            "node02": {**node, "ansible_connection": "ssh", "ansible_host": "127.0.0.1",
-                       "ansible_port": closed_port(), "ansible_user": "root",
-                       "ansible_ssh_common_args": "-o StrictHostKeyChecking=no "
-                                                  "-o UserKnownHostsFile=/dev/null",
-                       "node_interfaces": {
-                           "mgmt": {"mac": "52:54:00:77:00:12", "ip": "10.77.0.12"},
-                           "data": {"mac": "52:54:00:78:00:12", "ip": "10.78.0.12"}},
-                       "node_bmc": {"address": "127.0.0.1", "port": 6232,
-                                    "username": "admin"}},
-        }},
+            "ansible_connection": "local", "head_interfaces": lab_head["head_interfaces"]}}},
+        "gpu_nodes": {"hosts": nodes},
     }}}
     d = tmp_path / "inventory"
     (d / "group_vars" / "all").mkdir(parents=True)
-    (d / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    (d / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     (d / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump(cluster))
+    (d / "group_vars" / "gpu_nodes.yml").write_text(yaml.safe_dump(node_group))
     return d
 
 
