@@ -82,3 +82,14 @@ def model_data(inventory: Path) -> dict:
         "nodes": nodes,
         "secrets": secrets,
     }
+
+
+def keep_gpus(profile: dict, count: int) -> None:
+    """Cut the hardware ``profile`` to its first ``count`` GPUs, in place: their current
+    sensors and their places in the fan zones go with them (what the model checks
+    against the count).  The GPU's model stays: a caller making a GPU-less profile sets
+    ``gpu`` to ``{"count": 0}`` itself."""
+    profile["gpu"]["count"] = count
+    profile["bmc"]["gpu_current_sensors"] = profile["bmc"]["gpu_current_sensors"][:count]
+    for zone in profile["fan_zones"]:
+        zone["gpus"] = [gpu for gpu in zone["gpus"] if gpu < count]

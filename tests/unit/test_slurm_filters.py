@@ -11,8 +11,9 @@ from ansible_collections.junkyard.cluster.plugins.filter.slurm import (
 )
 from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import build_model
 
+from tests.inventory_files import keep_gpus
 from tests.unit.test_cluster_model import lab_data
-from tests.unit.test_slurm_model import example_data, keep_gpus
+from tests.unit.test_slurm_model import example_data
 
 
 def _slurm(data):

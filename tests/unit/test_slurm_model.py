@@ -10,22 +10,13 @@ from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model.slu
     real_memory,
 )
 
-from tests.inventory_files import EXAMPLE, model_data
+from tests.inventory_files import EXAMPLE, keep_gpus, model_data
 from tests.unit.test_cluster_model import lab_data
 
 
 def example_data():
     """The example inventory as build_model reads it (the files as written)."""
     return model_data(EXAMPLE)
-
-
-def keep_gpus(profile, count):
-    """``profile`` cut to its first ``count`` GPUs: their current sensors and their places
-    in the fan zones go with them (what the model checks against the count)."""
-    profile["gpu"]["count"] = count
-    profile["bmc"]["gpu_current_sensors"] = profile["bmc"]["gpu_current_sensors"][:count]
-    for zone in profile["fan_zones"]:
-        zone["gpus"] = [gpu for gpu in zone["gpus"] if gpu < count]
 
 
 def _model(data):
