@@ -1,10 +1,12 @@
 """playbooks/burn_in.yml through ansible-runner on this machine (local
-connection, a lab-vm node without GPUs): a short memory stress with stress-ng
-passes and says the GPU part was skipped; a corrected error that appears in
-the EDAC counters during the run stops the load and fails the node."""
+connection, a node without GPUs: the lab's node01 on lab-vm, its g292-z20
+profile without the GPUs): a short memory stress with stress-ng passes and
+says the GPU part was skipped; a corrected error that appears in the EDAC
+counters during the run stops the load and fails the node."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import threading
@@ -13,13 +15,37 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
+import yaml
 from rasdaemon_fixtures import edac_tree
-from test_health_playbook import inventory, node_fixtures
+from test_health_playbook import inventory as health_inventory
+from test_health_playbook import node_fixtures
 
 from tests.conftest import REPO
+from tests.inventory_files import keep_gpus
 
 pytestmark = pytest.mark.skipif(shutil.which("stress-ng") is None,
                                 reason="needs stress-ng (apt-get install stress-ng)")
+
+
+NO_FAN_PROBE = "fan probe: not run (no fan daemon configuration for profile lab-vm)"
+
+
+def inventory(tmp_path):
+    """The health report's inventory with node01 on lab-vm: its g292-z20 without GPUs
+    (no GPU, no GPU current sensor, no GPU in a fan zone), as this machine has none."""
+    inv = health_inventory(tmp_path)
+    cluster_file = inv / "group_vars" / "all" / "cluster.yml"
+    cluster = yaml.safe_load(cluster_file.read_text())
+    profiles = cluster["cluster_hardware_profiles"]
+    profiles["lab-vm"] = copy.deepcopy(profiles["g292-z20"])
+    keep_gpus(profiles["lab-vm"], 0)
+    profiles["lab-vm"]["gpu"] = {"count": 0}
+    cluster_file.write_text(yaml.safe_dump(cluster))
+    hosts_file = inv / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    hosts["all"]["children"]["gpu_nodes"]["hosts"]["node01"]["node_profile"] = "lab-vm"
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    return inv
 
 
 def run(tmp_path, **extra):
@@ -34,6 +60,8 @@ def run(tmp_path, **extra):
         # the head is never contacted: no image state to read from it
         extravars={**fixtures, "health_report_dir": str(tmp_path / "reports"),
                    "cluster_image_state": {},
+                   # no fan daemon configuration on this machine: no fan probe
+                   "gpu_fan_daemon_config_dir": str(tmp_path / "no-fan-config"),
                    "burn_in_node": "node01", "burn_in_duration_s": 6,
                    "burn_in_interval_s": 2, "burn_in_memory_workers": 1,
                    "burn_in_memory_bytes": "32M", **extra},
@@ -50,7 +78,8 @@ def test_memory_burn_in_passes_and_skips_the_gpus(tmp_path):
     r, out, verdict, md = run(tmp_path, burn_in_gpu_temp_limit_c=99)
     assert r.rc == 0, out[-5000:]
     assert verdict["passed"] is True
-    assert verdict["notes"] == ["gpu stress skipped: the hardware profile has no GPU"]
+    assert verdict["notes"] == ["gpu stress skipped: the hardware profile has no GPU",
+                                NO_FAN_PROBE]
     assert verdict["samples"] >= 4  # first, 3 during the run, last
     assert "# Burn-in of node01: PASSED" in md
     assert "node01 passed its burn-in" in out
@@ -96,7 +125,8 @@ def test_hot_gpu_fails_the_node(tmp_path):
     assert r.rc != 0
     assert "GPU0_TEMP reached 97 C (limit 95 C)" in verdict["problems"]
     # The first sample of the run saw it and stopped the memory stress.
-    assert verdict["notes"][-1].startswith("the load was stopped at sample 2: GPU0_TEMP at 97 C")
+    assert verdict["notes"][-2].startswith("the load was stopped at sample 2: GPU0_TEMP at 97 C")
+    assert verdict["notes"][-1] == NO_FAN_PROBE
     assert "FAILED its burn-in" in out
 
 
