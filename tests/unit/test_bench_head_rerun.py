@@ -11,19 +11,17 @@ import shutil
 
 import ansible_runner
 import pytest
-import yaml
 
 from tests.conftest import REPO
+from tests.inventory_files import LAB, hosts
 
-LAB = REPO / "inventories" / "lab"
 SPEC = importlib.util.spec_from_file_location("head_rerun", REPO / "bench" / "head_rerun.py")
 head_rerun = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(head_rerun)
 
 
 def nodes_of(inventory):
-    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    return hosts["all"]["children"]["gpu_nodes"]["hosts"]
+    return hosts(inventory)[1]
 
 
 def run_model(inventory, tmp_path):
