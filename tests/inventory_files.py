@@ -3,11 +3,11 @@ every test that reads inventories/lab or inventories/example directly."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import yaml
 from ansible_collections.junkyard.cluster.plugins.action.cluster_model import (
+    CLUSTER_KEYS,
     NODE_KEYS,
     secret_verdict,
 )
@@ -40,6 +40,16 @@ def group_vars(inventory: Path, group: str | None = None) -> dict:
     return merged
 
 
+def _copy(value):
+    """A copy of ``value`` that shares nothing, not even what a YAML alias shared (a test
+    changing one profile's list must not change another's)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
 def _groups(inventory: Path) -> dict:
     return _yaml(inventory / "hosts.yml")["all"]["children"]
 
@@ -55,7 +65,7 @@ def model_data(inventory: Path) -> dict:
     """The inventory as the cluster_model action hands it to build_model, from the files
     as written (no templating: a value with a lookup stays the lookup's text).
 
-    The ``cluster_*`` variables of group_vars/all; each node's model variables from
+    The model's ``cluster_*`` variables of group_vars/all; each node's model variables from
     group_vars/all, group_vars/gpu_nodes and its host variables, in Ansible's order;
     its BMC settings as node_bmc_defaults with node_bmc over them, without the
     password, whose supply (env, vault, ...) is the node's entry in ``secrets``."""
@@ -65,7 +75,7 @@ def model_data(inventory: Path) -> dict:
     [(head_name, head)] = groups["storage_head"]["hosts"].items()
     nodes, secrets = {}, {}
     for name, host in groups["gpu_nodes"]["hosts"].items():
-        raw = copy.deepcopy({**common, **node_group, **host})
+        raw = _copy({**common, **node_group, **host})
         node = {key: raw.get(key) for key in NODE_KEYS}
         bmc = merge_bmc(raw.get("node_bmc_defaults"), raw.get("node_bmc"))
         node["_bmc_sources"] = {
@@ -75,10 +85,10 @@ def model_data(inventory: Path) -> dict:
         secrets[name] = secret_verdict(bmc.get("password"), raw)
         nodes[name] = node
     return {
-        "cluster": {k.removeprefix("cluster_"): copy.deepcopy(v)
-                    for k, v in common.items() if k.startswith("cluster_")},
+        "cluster": {key: _copy(common[f"cluster_{key}"])
+                    for key in CLUSTER_KEYS if f"cluster_{key}" in common},
         "head": {"name": head_name,
-                 "vars": {"head_interfaces": copy.deepcopy(head["head_interfaces"])}},
+                 "vars": {"head_interfaces": _copy(head["head_interfaces"])}},
         "nodes": nodes,
         "secrets": secrets,
     }
