@@ -22,17 +22,19 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.inventory_files import LAB, group_vars
 
-LAB = REPO / "inventories" / "lab"
 MODEL_PLAYBOOK = REPO / "playbooks" / "model.yml"
 
 
 def _load_lab():
-    return {
-        "hosts": yaml.safe_load((LAB / "hosts.yml").read_text()),
-        "cluster": yaml.safe_load((LAB / "group_vars" / "all" / "cluster.yml").read_text()),
-        "nodes_group": yaml.safe_load((LAB / "group_vars" / "gpu_nodes.yml").read_text()),
-    }
+    """The lab inventory as plain data (tests/inventory_files); a JSON round trip so
+    that no two places share one list (the lab's profiles share their blacklist
+    through a YAML alias)."""
+    data = {"hosts": yaml.safe_load((LAB / "hosts.yml").read_text()),
+            "cluster": group_vars(LAB, "all"),
+            "nodes_group": group_vars(LAB, "gpu_nodes")}
+    return json.loads(json.dumps(data))
 
 
 def _node(inv, name):
@@ -136,8 +138,9 @@ def m_unknown_image(inv):
 
 
 def _gpu_profile(inv):
-    prof = copy.deepcopy(inv["cluster"]["cluster_hardware_profiles"]["lab-vm"])
+    prof = copy.deepcopy(inv["cluster"]["cluster_hardware_profiles"]["g292-z20"])
     prof["gpu"] = {"model": "MI100", "count": 4, "gfx_target": "gfx908"}
+    prof["bmc"]["gpu_current_sensors"] = prof["bmc"]["gpu_current_sensors"][:4]
     prof["fan_zones"] = [{"name": "front", "fan_id": 1, "gpus": [0, 1]},
                          {"name": "rear", "fan_id": 2, "gpus": [2, 3]}]
     inv["cluster"]["cluster_hardware_profiles"]["quad"] = prof
@@ -157,17 +160,17 @@ def m_bad_gfx(inv):
 
 
 def m_blacklist_string(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_module_blacklist"] = \
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["kernel_module_blacklist"] = \
         "floppy,pcspkr"
 
 
 def m_blacklist_bad_name(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_module_blacklist"] = \
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["kernel_module_blacklist"] = \
         ["floppy", "pcspkr ata_piix"]
 
 
 def m_initramfs_modules_empty(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["initramfs_modules"] = []
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["initramfs_modules"] = []
 
 
 def m_writable_relative(inv):
@@ -278,7 +281,7 @@ def m_unknown_head_variable(inv):
 
 
 def m_unknown_group_variable(inv):
-    inv["nodes_group"]["node_profle"] = "lab-vm"
+    inv["nodes_group"]["node_profle"] = "g292-z20"
 
 
 def m_unknown_role_prefixed_variable(inv):
@@ -310,11 +313,11 @@ def m_bmc_defaults_key(inv):
 
 
 def m_profile_key(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_cmdlin"] = ["quiet"]
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["kernel_cmdlin"] = ["quiet"]
 
 
 def m_profile_bmc_key(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["bmc"]["cpu_temp_sensor"] = ["T"]
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["bmc"]["cpu_temp_sensor"] = ["T"]
 
 
 def m_fan_zone_key(inv):
@@ -342,7 +345,7 @@ def m_zone_gpus_string(inv):
 
 
 def m_sensors_string(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["bmc"]["psu_status_sensors"] = \
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["bmc"]["psu_status_sensors"] = \
         "PSU1_STATUS PSU2_STATUS"
 
 
@@ -359,7 +362,7 @@ def m_data_datasets_string(inv):
 
 
 def m_profile_not_mapping(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["gpu"] = "none"
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["gpu"] = "none"
 
 
 def m_mac_as_number(inv):
@@ -446,7 +449,7 @@ def m_tftp_root_with_comma(inv):
 
 
 def m_cmdline_with_space(inv):
-    inv["cluster"]["cluster_hardware_profiles"]["lab-vm"]["kernel_cmdline"] = [
+    inv["cluster"]["cluster_hardware_profiles"]["g292-z20"]["kernel_cmdline"] = [
         "console=ttyS0,115200 quiet"]
 
 
@@ -498,12 +501,12 @@ def m_head_zero_mac(inv):
 
 
 def m_two_data_mounts_on_one_path(inv):
-    inv["cluster"]["cluster_data_datasets"].append({"name": "projects", "mount": "/data/scratch"})
+    inv["cluster"]["cluster_data_datasets"].append({"name": "archive", "mount": "/data/scratch"})
 
 
 def m_data_mount_inside_another(inv):
-    inv["cluster"]["cluster_data_datasets"].append({"name": "projects",
-                                                    "mount": "/data/scratch/projects"})
+    inv["cluster"]["cluster_data_datasets"].append({"name": "archive",
+                                                    "mount": "/data/scratch/archive"})
 
 
 def m_data_mount_on_writable_path(inv):
@@ -540,8 +543,8 @@ def m_suite_with_space(inv):
 
 def m_profile_name_with_space(inv):
     profiles = inv["cluster"]["cluster_hardware_profiles"]
-    profiles["lab vm"] = profiles.pop("lab-vm")
-    inv["nodes_group"]["node_profile"] = "lab vm"
+    profiles["g292 z20"] = profiles.pop("g292-z20")
+    _node(inv, "node01")["node_profile"] = "g292 z20"
 
 
 def m_gateway_is_network_address(inv):
@@ -571,7 +574,7 @@ def m_persistent_path_size(inv):
 
 
 def m_tmpfs_path_name(inv):
-    inv["cluster"]["cluster_writable_paths"][2]["name"] = "tmp"
+    inv["cluster"]["cluster_writable_paths"][3]["name"] = "tmp"
 
 
 def m_mirror_parity(inv):
@@ -592,7 +595,7 @@ def m_version_with_newline(inv):
 
 
 def m_size_with_newline(inv):
-    inv["cluster"]["cluster_writable_paths"][2]["size"] = "4g\n"
+    inv["cluster"]["cluster_writable_paths"][3]["size"] = "4g\n"
 
 
 # --- the roles' own variables, against their argument specifications ----------
@@ -653,24 +656,24 @@ CASES = [
      "broadcast address"),
     (m_bad_mac, "node01: node_interfaces.mgmt.mac 52:54:00:77:00 is not a MAC address"),
     (m_unknown_profile, "node02: node_profile g292-z99 is not a hardware profile in "
-     "cluster_hardware_profiles (lab-vm)"),
+     "cluster_hardware_profiles (g292-z20, g292-z45)"),
     (m_unknown_image, "node01: node_image trixie is not an image in cluster_images (bookworm)"),
     (m_zone_names_missing_gpu, "cluster: cluster_hardware_profiles.quad.fan_zones[1].gpus 4 "
      "names a GPU the profile does not have (it has 4: 0..3)"),
     (m_zone_gpu_twice, "cluster: cluster_hardware_profiles.quad.fan_zones[1].gpus 1 is already "
      "cooled by zone front"),
     (m_bad_gfx, "cluster: cluster_hardware_profiles.quad.gpu.gfx_target mi100 is not a gfx target"),
-    (m_blacklist_string, "cluster: cluster_hardware_profiles.lab-vm.kernel_module_blacklist "
+    (m_blacklist_string, "cluster: cluster_hardware_profiles.g292-z20.kernel_module_blacklist "
      "floppy,pcspkr must be a list of module names"),
-    (m_blacklist_bad_name, "cluster: cluster_hardware_profiles.lab-vm.kernel_module_blacklist "
+    (m_blacklist_bad_name, "cluster: cluster_hardware_profiles.g292-z20.kernel_module_blacklist "
      "pcspkr ata_piix is not a kernel module name"),
-    (m_initramfs_modules_empty, "cluster: cluster_hardware_profiles.lab-vm.initramfs_modules [] "
+    (m_initramfs_modules_empty, "cluster: cluster_hardware_profiles.g292-z20.initramfs_modules [] "
      "is empty: list the drivers of the management NIC"),
-    (m_writable_relative, "cluster: cluster_writable_paths[8].path var/cache is not an absolute "
+    (m_writable_relative, "cluster: cluster_writable_paths[10].path var/cache is not an absolute "
      "path"),
-    (m_writable_repeated, "cluster: cluster_writable_paths[8].path /var/log repeats "
+    (m_writable_repeated, "cluster: cluster_writable_paths[10].path /var/log repeats "
      "cluster_writable_paths[0]"),
-    (m_writable_nested, "cluster: cluster_writable_paths[8].path /var/log/journal is nested with "
+    (m_writable_nested, "cluster: cluster_writable_paths[10].path /var/log/journal is nested with "
      "cluster_writable_paths[0] (/var/log/journal inside /var/log)"),
     (m_writable_kind, "cluster: cluster_writable_paths[2].kind ramdisk is not a writable path "
      "kind (persistent, tmpfs, overlay)"),
@@ -716,9 +719,9 @@ CASES = [
     (m_bmc_key, "node01: node_bmc usrname is not a known key (did you mean username?)"),
     (m_bmc_defaults_key, "gpu_nodes: node_bmc_defaults usrname is not a known key (did you mean "
      "username?)"),
-    (m_profile_key, "cluster: cluster_hardware_profiles.lab-vm kernel_cmdlin is not a known key "
+    (m_profile_key, "cluster: cluster_hardware_profiles.g292-z20 kernel_cmdlin is not a known key "
      "(did you mean kernel_cmdline?)"),
-    (m_profile_bmc_key, "cluster: cluster_hardware_profiles.lab-vm.bmc cpu_temp_sensor is not a "
+    (m_profile_bmc_key, "cluster: cluster_hardware_profiles.g292-z20.bmc cpu_temp_sensor is not a "
      "known key (did you mean cpu_temp_sensors?)"),
     (m_fan_zone_key, "cluster: cluster_hardware_profiles.quad.fan_zones[0] fanid is not a known "
      "key (did you mean fan_id?)"),
@@ -730,7 +733,7 @@ CASES = [
     (m_interfaces_role, "node01: node_interfaces mgmnt is not a known key (did you mean mgmt?)"),
     (m_zone_gpus_string, "cluster: cluster_hardware_profiles.quad.fan_zones[0].gpus 0-1 must be "
      "a list of GPU numbers, not a string"),
-    (m_sensors_string, "cluster: cluster_hardware_profiles.lab-vm.bmc.psu_status_sensors "
+    (m_sensors_string, "cluster: cluster_hardware_profiles.g292-z20.bmc.psu_status_sensors "
      "PSU1_STATUS PSU2_STATUS must be a list of sensor names, not a string"),
     (m_disks_string, "cluster: cluster_pool.special[0].disks /dev/disk/by-id/virtio-jydisk12 must "
      "be a list of device paths, not a string"),
@@ -738,7 +741,7 @@ CASES = [
      "be a list of paths, not a mapping"),
     (m_data_datasets_string, "cluster: cluster_data_datasets scratch must be a list of "
      "datasets, not a string"),
-    (m_profile_not_mapping, "cluster: cluster_hardware_profiles.lab-vm.gpu none must be a "
+    (m_profile_not_mapping, "cluster: cluster_hardware_profiles.g292-z20.gpu none must be a "
      "mapping, not a string"),
     (m_mac_as_number, "node02: node_interfaces.data.mac 6797531046 must be a string: YAML read "
      "the unquoted value as a number; write it in quotes"),
@@ -766,14 +769,14 @@ CASES = [
     (m_raidz_log, "cluster: cluster_pool.log[0].type raidz cannot be a log vdev"),
     (m_relative_pool_mountpoint, "cluster: cluster_pool.mountpoint tank is not an absolute "
      "path"),
-    (m_tmpfs_over_usr, "cluster: cluster_writable_paths[8].path /usr is a directory the node "
+    (m_tmpfs_over_usr, "cluster: cluster_writable_paths[10].path /usr is a directory the node "
      "needs from its image as a whole"),
     (m_overlay_over_etc, "cluster: cluster_writable_paths[7].path /etc is a directory the node "
      "needs from its image as a whole"),
     (m_domain_with_space, "cluster: cluster_domain lab internal is not a DNS domain"),
     (m_tftp_root_with_comma, "cluster: cluster_tftp_root /srv/tftp,ro contains a character an "
      "exports line, kernel command line or dnsmasq file cannot hold"),
-    (m_cmdline_with_space, "cluster: cluster_hardware_profiles.lab-vm.kernel_cmdline "
+    (m_cmdline_with_space, "cluster: cluster_hardware_profiles.g292-z20.kernel_cmdline "
      "console=ttyS0,115200 quiet is not one kernel argument"),
     (m_sharenfs, "cluster: cluster_pool.filesystem_properties sharenfs is refused"),
     (m_data_mount_with_comma, "cluster: cluster_data_datasets[0].mount /data/scratch,rw contains "
@@ -794,10 +797,10 @@ CASES = [
      "refused"),
     (m_head_zero_mac, "head: head_interfaces.mgmt.mac 00-00-00-00-00-00 is the all-zero MAC "
      "address"),
-    (m_two_data_mounts_on_one_path, "cluster: cluster_data_datasets[1].mount /data/scratch is "
-     "also the mount of cluster_data_datasets[0] (/data/scratch)"),
-    (m_data_mount_inside_another, "cluster: cluster_data_datasets[1].mount "
-     "/data/scratch/projects is nested with the mount of cluster_data_datasets[0] "
+    (m_two_data_mounts_on_one_path, "cluster: cluster_data_datasets[2].mount /data/scratch is "
+     "also the mount of cluster_data_datasets[1] (/data/scratch)"),
+    (m_data_mount_inside_another, "cluster: cluster_data_datasets[2].mount "
+     "/data/scratch/archive is nested with the mount of cluster_data_datasets[1] "
      "(/data/scratch)"),
     (m_data_mount_on_writable_path, "cluster: cluster_data_datasets[0].mount /var/log is the "
      "persistent writable path /var/log: the data mount would hide what the node writes there"),
@@ -807,7 +810,7 @@ CASES = [
      "contains the persistent writable path /var/lib/rasdaemon"),
     (m_data_mount_over_dev, "cluster: cluster_data_datasets[0].mount /dev would hide a "
      "directory the node needs"),
-    (m_tmpfs_over_run, "cluster: cluster_writable_paths[8].path /run is where the kernel or the "
+    (m_tmpfs_over_run, "cluster: cluster_writable_paths[10].path /run is where the kernel or the "
      "initramfs mounts a file system of its own"),
     (m_data_mountpoint_property, "cluster: cluster_data_datasets[0].properties mountpoint is "
      "refused"),
@@ -815,7 +818,7 @@ CASES = [
      "refused: write cluster_pool.mountpoint"),
     (m_suite_with_space, "cluster: cluster_images.bookworm.suite bookworm main is not a Debian "
      "suite or code name"),
-    (m_profile_name_with_space, "cluster: cluster_hardware_profiles lab vm is not a profile "
+    (m_profile_name_with_space, "cluster: cluster_hardware_profiles g292 z20 is not a profile "
      "name"),
     (m_gateway_is_network_address, "cluster: cluster_networks.data.gateway 10.78.0.0 is the "
      "network or broadcast address of 10.78.0.0/24"),
@@ -826,14 +829,14 @@ CASES = [
     (m_mgmt_ipv6, "cluster: cluster_networks.mgmt.subnet fd00:77::/64 is not an IPv4 network"),
     (m_persistent_path_size, "cluster: cluster_writable_paths[0].size 4g is the size of a tmpfs "
      "(of a tmpfs or overlay path): a persistent path is a dataset of the pool and takes none"),
-    (m_tmpfs_path_name, "cluster: cluster_writable_paths[2].name tmp names the dataset of a "
+    (m_tmpfs_path_name, "cluster: cluster_writable_paths[3].name tmp names the dataset of a "
      "persistent path: a tmpfs path has none"),
     (m_mirror_parity, "cluster: cluster_pool.special[0].parity 2 is not a setting of a mirror "
      "vdev (it takes type and disks only): it would be ignored"),
     (m_raidz_spares, "cluster: cluster_pool.vdevs[1].spares 1 is not a setting of a raidz vdev "
      "(parity): it would be ignored"),
     (m_version_with_newline, "node02: node_image_version 'v1\\n' is not a version name"),
-    (m_size_with_newline, "cluster: cluster_writable_paths[2].size '4g\\n' is not a tmpfs size"),
+    (m_size_with_newline, "cluster: cluster_writable_paths[3].size '4g\\n' is not a tmpfs size"),
     (m_role_list_as_string, "gpu_nodes: node_image_packages htop vim must be a list of strings, "
      "not a string"),
     (m_role_list_as_string_for_everyone, "cluster: node_image_components main non-free-firmware "
@@ -923,12 +926,10 @@ def ok_nothing_writable(inv):
 
 
 def ok_bmc_defaults_and_extra_vdevs(inv):
-    inv["nodes_group"]["node_bmc_defaults"] = {
-        "username": "admin",
-        "password": "{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD') }}"}
-    for n in ("node01", "node02"):
-        bmc = _node(inv, n)["node_bmc"]
-        del bmc["username"], bmc["password"]
+    # a node's own login over the lab's node_bmc_defaults
+    _node(inv, "node01")["node_bmc"].update(
+        username="operator",
+        password="{{ lookup('ansible.builtin.env', 'JUNKYARD_LAB_BMC_PASSWORD') }}")
     inv["cluster"]["cluster_pool"]["log"] = [
         {"type": "mirror", "disks": ["/dev/disk/by-id/virtio-log1", "/dev/disk/by-id/virtio-log2"]}]
     inv["cluster"]["cluster_pool"]["mountpoint"] = "/srv/tank"
