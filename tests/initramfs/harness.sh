@@ -18,7 +18,7 @@ busybox --install -s "$fake/bb"
 # The image: what the writable paths hide or overlay, then read-only.
 mount -t tmpfs image "$root"
 mkdir -p "$root/var/log" "$root/var/lib/dhcp" "$root/var/lib/nfs" "$root/var/lib/rasdaemon" "$root/var/tmp" \
-	"$root/var/lib/ssh-host-keys" \
+	"$root/var/lib/ssh-host-keys" "$root/var/lib/prometheus/node-exporter" "$root/var/lib/sudo" \
 	"$root/tmp" "$root/etc/ssh" "$root/srv"
 chmod 1777 "$root/tmp"
 chmod 0750 "$root/var/log"

@@ -22,27 +22,25 @@ def model(**cluster):
 
 
 def test_writable_table_lab_exact():
+    node_lines = "".join(
+        f"{n} persistent {path} 10.77.0.1:/tank/nodes/{n}/{name} vers=3,tcp,nosuid,nodev\n"
+        for n in ("node01", "node02")
+        for path, name in (("/var/log", "var-log"), ("/var/lib/rasdaemon", "var-lib-rasdaemon"),
+                           ("/var/lib/prometheus/node-exporter", "metrics"),
+                           ("/var/lib/ssh-host-keys", "ssh-host-keys")))
     assert image.writable_table(model()) == (
         "policy stop\nattempts 3\ntimeout 60\nnode node01\nnode node02\n"
         "* persistent /var/log var-log -\n"
         "* persistent /var/lib/rasdaemon var-lib-rasdaemon -\n"
-        "* tmpfs /tmp tmp -\n"
+        "* persistent /var/lib/prometheus/node-exporter metrics -\n"
+        "* tmpfs /tmp tmp size=256m\n"
         "* tmpfs /var/tmp var-tmp -\n"
         "* tmpfs /var/lib/dhcp var-lib-dhcp -\n"
         "* overlay /var/lib/nfs var-lib-nfs -\n"
         "* tmpfs /run/junkyard run-junkyard -\n"
         "* overlay /etc/ssh etc-ssh -\n"
-        "* persistent /var/lib/ssh-host-keys ssh-host-keys -\n"
-        "node01 persistent /var/log 10.77.0.1:/tank/nodes/node01/var-log vers=3,tcp,nosuid,nodev\n"
-        "node01 persistent /var/lib/rasdaemon "
-        "10.77.0.1:/tank/nodes/node01/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n"
-        "node01 persistent /var/lib/ssh-host-keys "
-        "10.77.0.1:/tank/nodes/node01/ssh-host-keys vers=3,tcp,nosuid,nodev\n"
-        "node02 persistent /var/log 10.77.0.1:/tank/nodes/node02/var-log vers=3,tcp,nosuid,nodev\n"
-        "node02 persistent /var/lib/rasdaemon "
-        "10.77.0.1:/tank/nodes/node02/var-lib-rasdaemon vers=3,tcp,nosuid,nodev\n"
-        "node02 persistent /var/lib/ssh-host-keys "
-        "10.77.0.1:/tank/nodes/node02/ssh-host-keys vers=3,tcp,nosuid,nodev\n")
+        "* overlay /var/lib/sudo var-lib-sudo -\n"
+        "* persistent /var/lib/ssh-host-keys ssh-host-keys -\n" + node_lines)
 
 
 def test_writable_table_sizes_names_policy_and_limits():
@@ -76,7 +74,8 @@ def test_persistent_mounts_are_nodev_and_nosuid_where_the_path_allows(path, flag
 @pytest.mark.parametrize("change,msg", [
     ({"nfs_version": 4},
      "cluster: cluster_nfs_version 4 cannot be used with persistent writable paths "
-     "(/var/log, /var/lib/rasdaemon, /var/lib/ssh-host-keys): the initramfs mounts them "
+     "(/var/log, /var/lib/rasdaemon, /var/lib/prometheus/node-exporter, "
+     "/var/lib/ssh-host-keys): the initramfs mounts them "
      "with klibc nfsmount"),
     ({"nfs_version": 5}, "cluster: cluster_nfs_version 5 is not an NFS version"),
     ({"writable_paths": [{"path": "/tmp", "kind": "tmpfs", "size": "4 g"}]},

@@ -181,10 +181,12 @@ def test_tmpfs_policy_falls_back_and_leaves_a_marker(harness_image, tmp_path):
         f"/var/log {why}",
         "/var/lib/rasdaemon cannot mount 127.0.0.1:/tank/nodes/node02/var-lib-rasdaemon on "
         "/var/lib/rasdaemon (NFS, 2 attempts, 2s each)",
+        "/var/lib/prometheus/node-exporter cannot mount 127.0.0.1:/tank/nodes/node02/metrics on "
+        "/var/lib/prometheus/node-exporter (NFS, 2 attempts, 2s each)",
         "/var/lib/ssh-host-keys cannot mount 127.0.0.1:/tank/nodes/node02/ssh-host-keys on "
         "/var/lib/ssh-host-keys (NFS, 2 attempts, 2s each)"]
     assert ("WARNING: node node02 boots with tmpfs in place of: /var/log /var/lib/rasdaemon "
-            "/var/lib/ssh-host-keys" in r.script)
+            "/var/lib/prometheus/node-exporter /var/lib/ssh-host-keys" in r.script)
     # nfsmount was given NFS options only: the table's nosuid,nodev are for
     # the remount after it (klibc's nfsmount refuses them: "bad option")
     assert "vers=3,tcp,nosuid,nodev" in table
@@ -212,6 +214,7 @@ def test_unknown_identity(harness_image, tmp_path, cmdline, problem):
     assert fallback.mounts["/fake/root/var/log"][0] == "tmpfs"
     assert [line.split(" ", 1)[0] for line in fallback.file_lines(
         "run/junkyard-writable/degraded")] == ["/var/log", "/var/lib/rasdaemon",
+                                               "/var/lib/prometheus/node-exporter",
                                                "/var/lib/ssh-host-keys"]
 
 
