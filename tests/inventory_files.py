@@ -40,13 +40,13 @@ def group_vars(inventory: Path, group: str | None = None) -> dict:
     return merged
 
 
-def _copy(value):
+def unshared(value):
     """A copy of ``value`` that shares nothing, not even what a YAML alias shared (a test
     changing one profile's list must not change another's)."""
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: unshared(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [unshared(v) for v in value]
     return value
 
 
@@ -75,7 +75,7 @@ def model_data(inventory: Path) -> dict:
     [(head_name, head)] = groups["storage_head"]["hosts"].items()
     nodes, secrets = {}, {}
     for name, host in groups["gpu_nodes"]["hosts"].items():
-        raw = _copy({**common, **node_group, **host})
+        raw = unshared({**common, **node_group, **host})
         node = {key: raw.get(key) for key in NODE_KEYS}
         bmc = merge_bmc(raw.get("node_bmc_defaults"), raw.get("node_bmc"))
         node["_bmc_sources"] = {
@@ -85,10 +85,10 @@ def model_data(inventory: Path) -> dict:
         secrets[name] = secret_verdict(bmc.get("password"), raw)
         nodes[name] = node
     return {
-        "cluster": {key: _copy(common[f"cluster_{key}"])
+        "cluster": {key: unshared(common[f"cluster_{key}"])
                     for key in CLUSTER_KEYS if f"cluster_{key}" in common},
         "head": {"name": head_name,
-                 "vars": {"head_interfaces": _copy(head["head_interfaces"])}},
+                 "vars": {"head_interfaces": unshared(head["head_interfaces"])}},
         "nodes": nodes,
         "secrets": secrets,
     }

@@ -22,19 +22,19 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.inventory_files import LAB, group_vars
+from tests.inventory_files import LAB, group_vars, unshared
 
 MODEL_PLAYBOOK = REPO / "playbooks" / "model.yml"
 
 
 def _load_lab():
-    """The lab inventory as plain data (tests/inventory_files); a JSON round trip so
-    that no two places share one list (the lab's profiles share their blacklist
-    through a YAML alias)."""
+    """The lab inventory as plain data (tests/inventory_files), copied so that no two
+    places share one list (the lab's profiles share their blacklist through a YAML
+    alias)."""
     data = {"hosts": yaml.safe_load((LAB / "hosts.yml").read_text()),
             "cluster": group_vars(LAB, "all"),
             "nodes_group": group_vars(LAB, "gpu_nodes")}
-    return json.loads(json.dumps(data))
+    return unshared(data)
 
 
 def _node(inv, name):
