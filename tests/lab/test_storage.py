@@ -49,8 +49,8 @@ def test_datasets_follow_the_model(lab, site):
     for node in ("node01", "node02"):
         for w in LAB_VARS["cluster_writable_paths"]:
             if w["kind"] == "persistent":
-                name = f"tank/nodes/{node}/" + (w.get("name")
-                                                 or w["path"].strip("/").replace("/", "-"))
+                leaf = w.get("name") or w["path"].strip("/").replace("/", "-")
+                name = f"tank/nodes/{node}/{leaf}"
                 assert name in rows, (name, sorted(rows))
     assert rows["tank/images/bookworm/v1"][0] == "off", rows["tank/images/bookworm/v1"]
     assert rows["tank/data/scratch"][1] == "1M", rows["tank/data/scratch"]
