@@ -31,6 +31,9 @@ class Node:
     bmc_user: str = "admin"
     kcs_port: int = 0  # ipmi_sim's VM serial listener for qemu's ipmi-bmc-extern
     profile: str = ""  # its hardware profile: the board its simulated BMC models
+    gpus: int = 0  # its profile's GPU count: a virtio GPU (a DRM render node) for each
+    # its profile's CPUs (sockets, cores per socket, threads per core): the VM's -smp
+    cpu_topology: tuple[int, int, int] = (1, 1, 1)
 
 
 @dataclass
@@ -127,6 +130,43 @@ def _group_vars(inv: Path, group: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _profiles(inv: Path) -> dict:
+    """The hardware profiles of ``group_vars/all/*.yml`` (or ``group_vars/all.yml``)."""
+    base = (inv if inv.is_dir() else inv.parent) / "group_vars"
+    files = sorted((base / "all").glob("*.yml")) if (base / "all").is_dir() else [base / "all.yml"]
+    for path in files:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            continue
+        except yaml.YAMLError as exc:
+            raise LabError(f"lab inventory {path} is not valid YAML: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("cluster_hardware_profiles"), dict):
+            return data["cluster_hardware_profiles"]
+    return {}
+
+
+def _small_int(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _shape(profiles: dict, profile: str, where: str) -> tuple[int, tuple[int, int, int]]:
+    """The GPU count and CPU topology of ``profile``: what the node's VM gets."""
+    prof = profiles.get(profile) or {}
+    count = (prof.get("gpu") or {}).get("count", 0)
+    if not _small_int(count, 0, 16):
+        raise LabError(f"{where}: cluster_hardware_profiles.{profile}.gpu.count {count!r}: "
+                       "the lab gives a node 0 to 16 GPUs")
+    topology = []
+    for key in ("cpu_sockets", "cpu_cores_per_socket", "cpu_threads_per_core"):
+        value = prof.get(key, 1)
+        if not _small_int(value, 1, 4):
+            raise LabError(f"{where}: cluster_hardware_profiles.{profile}.{key} {value!r}: "
+                           "a lab VM has 1 to 4 of each")
+        topology.append(value)
+    return count, (topology[0], topology[1], topology[2])
+
+
 def load(inventory: Path | None = None) -> Lab:
     """The lab as inventories/lab/hosts.yml describes it, with the environment's overrides."""
     inv = Path(inventory or os.environ.get("JUNKYARD_LAB_INVENTORY") or REPO / "inventories/lab")
@@ -147,8 +187,11 @@ def load(inventory: Path | None = None) -> Lab:
     node_hosts = (groups.get("gpu_nodes") or {}).get("hosts") or {}
     group = _group_vars(inv, "gpu_nodes")
     bmc_defaults = group.get("node_bmc_defaults") or {}
+    profiles = _profiles(inv)
     for index, (name, hv) in enumerate(sorted(node_hosts.items())):
         hv = hv or {}
+        profile = str(hv.get("node_profile") or group.get("node_profile") or "")
+        gpus, cpus = _shape(profiles, profile, f"{hosts_file}: {name}")
         bmc = {**bmc_defaults, **(hv.get("node_bmc") or {})}
         if str(bmc.get("address", "127.0.0.1")) != "127.0.0.1":
             raise LabError(f"{hosts_file}: {name}: a lab BMC listens on 127.0.0.1 only")
@@ -162,7 +205,9 @@ def load(inventory: Path | None = None) -> Lab:
                 bmc_port=port,
                 bmc_user=str(bmc.get("username", "admin")),
                 kcs_port=_int_env("JUNKYARD_LAB_KCS_PORT_BASE", 9100) + index,
-                profile=str(hv.get("node_profile") or group.get("node_profile") or ""),
+                profile=profile,
+                gpus=gpus,
+                cpu_topology=cpus,
             )
         )
     lab.netns = os.environ.get("JUNKYARD_LAB_NETNS") or "jylab"

@@ -42,10 +42,15 @@ def console_log(lab: Lab, name: str) -> Path:
     return lab.state / "console" / f"{name}.log"
 
 
-def _common(lab: Lab, name: str, mem: int, cpus: int) -> list[str]:
+def _common(lab: Lab, name: str, mem: int, cpus: int | tuple[int, int, int]) -> list[str]:
     log = console_log(lab, name)
+    if isinstance(cpus, tuple):
+        sockets, cores, threads = cpus
+        smp = f"{sockets * cores * threads},sockets={sockets},cores={cores},threads={threads}"
+    else:
+        smp = str(cpus)
     return [
-        QEMU, "-name", name, "-accel", "tcg", "-cpu", "max", "-smp", str(cpus),
+        QEMU, "-name", name, "-accel", "tcg", "-cpu", "max", "-smp", smp,
         "-m", str(mem), "-machine", "pc,graphics=off", "-nodefaults", "-no-user-config",
         "-display", "none", "-chardev", f"file,id=con,path={log},append=on",
         "-serial", "chardev:con", "-device", "virtio-rng-pci",
@@ -92,13 +97,19 @@ def head_spec(lab: Lab, kernel: Path, initrd: Path, overlay: Path, disks: list[P
 
 
 def node_spec(lab: Lab, node: Node) -> dict:
-    argv = _common(lab, node.name, lab.node_mem_mib, 1)
+    # the CPUs its hardware profile states (slurmd -C must find them)
+    argv = _common(lab, node.name, lab.node_mem_mib, node.cpu_topology)
     # network boot only, and retry it every 10 s until a boot server answers
     argv += ["-boot", "order=n,strict=on,reboot-timeout=10000"]
     taps = []
     for i, nic in enumerate(node.nics):
         argv += _nic(i, nic.net, nic.mac, boot=nic.net == "mgmt")
         taps.append(tap_name(node.name, nic.net))
+    # Its profile's GPUs: virtio GPUs, each a DRM render node (/dev/dri/renderD128
+    # on, in PCI order like the real GPUs'), which Slurm's gres.conf names and
+    # its device cgroups confine; no amdgpu, no ROCm (rocm_verify_gpus: false).
+    for i in range(node.gpus):
+        argv += ["-device", f"virtio-gpu-pci,id=gpu{i}"]
     argv += [
         "-chardev", f"socket,id=ipmi0,host=127.0.0.1,port={node.kcs_port},reconnect=2",
         "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0",

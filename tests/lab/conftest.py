@@ -24,7 +24,8 @@ from labtools import LabHandle, lab_cli, lab_prerequisites, run_site
 # them, the diskless boot before the storage and health checks on the booted
 # nodes, and `lab down` last.
 LAB_FILE_ORDER = ["test_lab_units.py", "test_lab.py", "test_site.py", "test_storage.py",
-                  "test_fan.py", "test_health.py", "test_upgrade.py", "test_pool_safety.py"]
+                  "test_fan.py", "test_slurm.py", "test_health.py", "test_upgrade.py",
+                  "test_pool_safety.py"]
 
 
 def pytest_collection_modifyitems(config, items):

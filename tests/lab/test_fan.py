@@ -105,7 +105,7 @@ def test_burn_in_probes_the_fans_before_the_load(lab, site, lab_log, tmp_path):
     res = lab_cli("run", "playbooks/burn_in.yml", "-e", json.dumps({
         "burn_in_node": "node01", "burn_in_duration_s": 6, "burn_in_interval_s": 2,
         "burn_in_memory_workers": 1, "burn_in_memory_bytes": "64M",
-        # the VMs have no GPU device to load
+        # the VMs' GPUs are virtio GPUs: no amdgpu device for the GPU load
         "burn_in_gpu_tool": "none", "health_report_dir": str(tmp_path)}),
         log=lab_log, timeout=1800)
     assert res.returncode == 0, res.stdout[-5000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from jylab import aptproxy, cli, config
+from jylab import aptproxy, cli, config, vm
 from labtools import REPO
 
 LAB = REPO / "lab" / "jylab"
@@ -57,6 +58,38 @@ def test_node_count_follows_the_inventory(tmp_path):
         hosts["node03"]["node_bmc"]["port"] = 6233
     lab = config.load(_inventory(tmp_path, three))
     assert [n.name for n in lab.nodes] == ["node01", "node02", "node03"]
+
+
+def _gpu_devices(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1])
+            if a == "-device" and argv[i + 1].startswith("virtio-gpu-pci")]
+
+
+def test_node_vms_have_their_profiles_gpus_and_cpus(tmp_path):
+    """Each node VM gets a virtio GPU (a DRM render node) per GPU of its hardware profile
+    and the profile's CPU topology, so that Slurm finds what the model declares."""
+    inv = tmp_path / "lab"
+    shutil.copytree(REPO / "inventories" / "lab", inv)
+    hardware = inv / "group_vars" / "all" / "hardware.yml"
+    data = yaml.safe_load(hardware.read_text())
+    profiles = data["cluster_hardware_profiles"]
+    assert [p["gpu"]["count"] for p in profiles.values()] == [8, 8]
+    lab = config.load(inv)
+    for node in lab.nodes:
+        argv = vm.node_spec(lab, node)["argv"]
+        assert _gpu_devices(argv) == [f"virtio-gpu-pci,id=gpu{i}" for i in range(8)], node.name
+        assert argv[argv.index("-smp") + 1] == "2,sockets=1,cores=2,threads=1", node.name
+    profiles["g292-z45"]["gpu"]["count"] = 3
+    profiles["g292-z45"]["cpu_threads_per_core"] = 2
+    hardware.write_text(yaml.safe_dump(data))
+    lab = config.load(inv)
+    argv = vm.node_spec(lab, lab.node("node02"))["argv"]
+    assert len(_gpu_devices(argv)) == 3
+    assert argv[argv.index("-smp") + 1] == "4,sockets=1,cores=2,threads=2"
+    profiles["g292-z45"]["gpu"]["count"] = "eight"
+    hardware.write_text(yaml.safe_dump(data))
+    with pytest.raises(config.LabError, match=r"g292-z45\.gpu\.count 'eight'"):
+        config.load(inv)
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "70000"])

@@ -637,7 +637,52 @@ def m_undefined_in_group_variable(inv):
     inv["nodes_group"]["node_bmc_defaults"] = {"username": "{{ bmc_user }}"}
 
 
+# --- the cluster's users: the same numbers on the head and every node ----------
+
+
+def m_user_uid_repeated(inv):
+    inv["cluster"]["cluster_users"][1]["uid"] = 2001
+
+
+def m_user_gid_of_another_user(inv):
+    inv["cluster"]["cluster_users"][1]["gid"] = 2001
+
+
+def m_user_system_name(inv):
+    inv["cluster"]["cluster_users"][0]["name"] = "slurm"
+
+
+def m_user_uid_in_system_range(inv):
+    inv["cluster"]["cluster_users"][0]["uid"] = 999
+
+
+def m_user_unknown_group(inv):
+    inv["cluster"]["cluster_users"][0]["groups"] = ["render", "physics"]
+
+
+def m_user_private_key_as_public(inv):
+    inv["cluster"]["cluster_users"][0]["ssh_keys"] = ["-----BEGIN OPENSSH PRIVATE KEY-----"]
+
+
+def m_users_without_home_dataset(inv):
+    inv["cluster"]["cluster_data_datasets"] = [
+        d for d in inv["cluster"]["cluster_data_datasets"] if d["name"] != "home"]
+
+
 CASES = [
+    (m_user_uid_repeated, "cluster: cluster_users[1].uid 2001 is also cluster_users[0]'s uid"),
+    (m_user_gid_of_another_user, "cluster: cluster_users[1].gid 2001 is also cluster_users[0]'s "
+     "gid (each user's own group has the user's number)"),
+    (m_user_system_name, "cluster: cluster_users[0].name slurm is an account or group of the "
+     "system"),
+    (m_user_uid_in_system_range, "cluster: cluster_users[0].uid 999 must be an integer from "
+     "1000 to 59999"),
+    (m_user_unknown_group, "cluster: cluster_users[0].groups physics is neither render, video "
+     "nor another user's own group"),
+    (m_user_private_key_as_public, "cluster: cluster_users[0].ssh_keys[0] -----BEGIN OPENSSH "
+     "PRIVATE KEY----- is not an SSH public key line"),
+    (m_users_without_home_dataset, "cluster: cluster_data_datasets /home has no dataset mounted "
+     "there: the users' homes (/home/<name>) must be on the data network"),
     (m_dup_mgmt_mac, "node02: node_interfaces.mgmt.mac 52:54:00:77:00:11 is already used by "
      "node01 (node_interfaces.mgmt.mac) on the management network"),
     (m_dup_mgmt_ip, "node02: node_interfaces.mgmt.ip 10.77.0.11 is already used by node01"),
@@ -923,6 +968,8 @@ def ok_nothing_writable(inv):
     # (NFSv4 is refused now: every node's SSH host keys are on a persistent path)
     inv["cluster"]["cluster_writable_paths"] = []
     inv["cluster"]["cluster_data_datasets"] = []
+    # (no data network dataset for homes: a cluster without users yet)
+    inv["cluster"]["cluster_users"] = []
 
 
 def ok_bmc_defaults_and_extra_vdevs(inv):

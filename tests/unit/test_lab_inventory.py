@@ -46,7 +46,7 @@ LAB_ONLY = {
     "node_image_authorized_keys": "the lab's own SSH key logs in on the nodes",
     "ansible_ssh_private_key_file": "the lab's own SSH key",
     "rocm_packages": "a small ROCm set for the emulated head to install",
-    "rocm_verify_gpus": "the VMs have no GPU device to verify",
+    "rocm_verify_gpus": "the VMs' GPUs are virtio GPUs: no amdgpu device to verify",
 }
 
 

@@ -28,7 +28,8 @@ name (dataset, export path, boot file) is built in this package only.
 One module per layer, each validating its part and deriving what it needs:
 ``networks``, ``storage``, ``images`` (with the writable paths), ``hardware``
 (profiles), ``nodes`` (with the BMC endpoint), ``netboot``, ``upgrades`` and
-``slurm`` (the scheduler's controller, partitions and node definitions).
+``slurm`` (the scheduler's controller, partitions and node definitions) and
+``users`` (the people whose jobs run, and their homes).
 
 Which image version a node boots follows the image state by upgrade_plan's
 rule (``effective_versions``): the inventory's ``node_image_version`` (a pin),
@@ -38,7 +39,19 @@ the image, else the inventory's ``cluster_images.<image>.current_version``.
 
 from __future__ import annotations
 
-from . import hardware, images, netboot, networks, nodes, schema, settings, slurm, storage, upgrades
+from . import (
+    hardware,
+    images,
+    netboot,
+    networks,
+    nodes,
+    schema,
+    settings,
+    slurm,
+    storage,
+    upgrades,
+    users,
+)
 from .common import DATASET_PART_RE, MAC_RE, NAME_RE, Errors, as_dict
 from .images import FAILURE_POLICIES, VERSION_RE, WRITABLE_KINDS
 from .networks import NETWORK_ROLES, NETWORK_TITLES
@@ -70,6 +83,7 @@ def build_model(data):
     imgs = images.check_images(cluster, err)
     pool = storage.check_pool(cluster, err)
     data_sets = storage.check_data_datasets(cluster, writable, err)
+    accounts = users.check_users(cluster, data_sets, err)
     policy = images.check_failure_policy(cluster, err)
     nfs_version = images.check_nfs_version(cluster, writable, err)
 
@@ -89,7 +103,7 @@ def build_model(data):
         "cluster": cluster, "nets": nets, "writable": writable, "profiles": profiles,
         "images": imgs, "pool": pool, "data_sets": data_sets, "policy": policy,
         "nfs_version": nfs_version, "head": head, "nodes": node_list, "ctx": ctx,
-        "slurm": slurm_conf,
+        "slurm": slurm_conf, "users": accounts,
     }), []
 
 
@@ -182,6 +196,7 @@ def _derive(checked):
         "exports": exports,
         "data_datasets": checked["data_sets"],
         "data_mounts": data_mounts,
+        "users": users.derive(checked["users"], data_mounts),
         "default_dataset_properties": dict(DEFAULT_DATASET_PROPERTIES),
         "slurm": slurm.derive(checked["slurm"], checked["cluster"].get("name", "junkyard"), head,
                               out_nodes, {n["name"]: n["ssh_host_keys"]["dir"]

@@ -104,7 +104,11 @@ CLUSTER = {
                                      default=Scalar("bool"), max_time=STR_OR_INT),
                                  "partitions"),
                  slurmd_spool_dir=STR, memory_reserve_percent=NUM,
-                 memory_reserve_min_mib=INT),
+                 memory_reserve_min_mib=INT,
+                 health=Map(interval=INT, ce_per_day_limit=NUM, fan_metrics_max_age_s=NUM)),
+    "users": List(Map(name=STR, uid=INT, gid=INT, groups=List(STR, "group names"),
+                      ssh_keys=List(STR, "SSH public keys"), shell=STR, comment=STR),
+                  "users"),
 }
 BMC = Map(address=STR, port=INT, username=STR, password=ANY)
 NODE = {
