@@ -25,8 +25,8 @@ def _wrap(fn):
     return inner
 
 
-def health_report(hosts, model=None, thresholds=None, now=None):
-    return health_assess.build_report(hosts, model, thresholds, now)
+def health_report(hosts, model=None, thresholds=None, now=None, slurm=None):
+    return health_assess.build_report(hosts, model, thresholds, now, slurm)
 
 
 def health_collect(hostvars, names, keys):

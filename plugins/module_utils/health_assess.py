@@ -151,26 +151,60 @@ def assess_mounts(health, flags):
     return mounts
 
 
-def assess_node(name, results, model_node, images, thresholds):
+# Slurm node states (sinfo %T) that take a node out of service; a trailing "*"
+# means slurmctld has not heard from slurmd.
+SLURM_OUT_OF_SERVICE = ("drain", "down", "fail", "inval", "not_responding")
+
+
+def parse_sinfo(text):
+    """``{node: {"state", "reason"}}`` from ``sinfo -h -N -o '%N|%T|%E'``; a node's
+    repeated lines (one per partition) agree.  Reason "none" is an empty reason."""
+    out = {}
+    for line in (text or "").splitlines():
+        parts = line.strip().split("|", 2)
+        if len(parts) != 3 or not parts[0]:
+            continue
+        reason = "" if parts[2].strip() in ("none", "(null)") else parts[2].strip()
+        out[parts[0]] = {"state": parts[1].strip(), "reason": reason}
+    return out
+
+
+def assess_slurm(slurm_node, flags):
+    """The node's Slurm state beside the report's own findings: out of service
+    (drained, down, not responding) is a warning with Slurm's reason."""
+    if slurm_node is None:
+        return None
+    state = slurm_node["state"].lower()
+    if state.rstrip("*").startswith(SLURM_OUT_OF_SERVICE) or state.endswith("*"):
+        why = f": {slurm_node['reason']}" if slurm_node["reason"] else ""
+        _flag(flags, "warn", "slurm", f"Slurm has the node {slurm_node['state']}{why}")
+    return slurm_node
+
+
+def assess_node(name, results, model_node, images, thresholds, slurm_node=None):
     """One node's entry of the report, from what the playbook registered for it.
 
     ``results`` maps ``health``/``ecc`` to the registered task results; a
     result marked ``unreachable`` (or a node with no result at all) makes the
-    node *unreachable*, never healthy.
+    node *unreachable*, never healthy.  ``slurm_node``: its Slurm state and reason
+    (:func:`parse_sinfo`), None where the controller was not asked.
     """
     results = results or {}
     entry = {"name": name, "flags": []}
+    entry["slurm"] = assess_slurm(slurm_node, entry["flags"])
     for key in ("health", "ecc"):
         r = results.get(key)
         if isinstance(r, dict) and r.get("unreachable"):
             entry.update(status="unreachable", reachable=False,
                          flags=[{"severity": "fail", "what": "reachability",
-                                 "message": f"unreachable: {_unreachable_message(r)}"}])
+                                 "message": f"unreachable: {_unreachable_message(r)}"}]
+                         + entry["flags"])
             return entry
     if not any(isinstance(results.get(k), dict) for k in ("health", "ecc")):
         entry.update(status="unreachable", reachable=False,
                      flags=[{"severity": "fail", "what": "reachability",
-                             "message": "unreachable: no result was gathered from it"}])
+                             "message": "unreachable: no result was gathered from it"}]
+                     + entry["flags"])
         return entry
     entry["reachable"] = True
     flags = entry["flags"]
@@ -201,11 +235,13 @@ def collect_results(hostvars, names, keys):
     return out
 
 
-def build_report(hosts, model=None, thresholds=None, now=None):
+def build_report(hosts, model=None, thresholds=None, now=None, slurm=None):
     """The whole report: ``{"generated", "thresholds", "summary", "nodes"}``.
 
     ``hosts`` is ``{name: {"health": <result>, "ecc": <result>}}`` for every
-    node that was targeted (a node without results is unreachable).
+    node that was targeted (a node without results is unreachable).  ``slurm``:
+    ``sinfo -h -N -o '%N|%T|%E'`` on the controller (None: not asked; a node it
+    does not list has no Slurm state).
     """
     if not isinstance(hosts, dict):
         raise HealthError(f"health report: hosts must be a mapping, got {type(hosts).__name__}")
@@ -213,7 +249,9 @@ def build_report(hosts, model=None, thresholds=None, now=None):
     now = time.time() if now is None else now
     model_nodes = _model_nodes(model)
     images = (model or {}).get("images") or {}
-    nodes = [assess_node(name, hosts[name], model_nodes.get(name), images, t)
+    states = parse_sinfo(slurm) if slurm is not None else {}
+    nodes = [assess_node(name, hosts[name], model_nodes.get(name), images, t,
+                         states.get(name) if slurm is not None else None)
              for name in sorted(hosts)]
     counts = {s: 0 for s in ("ok", "warn", "fail", "unreachable")}
     for n in nodes:

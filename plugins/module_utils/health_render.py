@@ -23,6 +23,13 @@ def _md(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _slurm_cell(node):
+    slurm = node.get("slurm")
+    if not slurm:
+        return "-"
+    return _md(f"{slurm['state']} ({slurm['reason']})" if slurm["reason"] else slurm["state"])
+
+
 def report_markdown(report):
     """The report as Markdown: one row per node, then flagged DIMMs, then every flag."""
     t = report["thresholds"]
@@ -34,14 +41,14 @@ def report_markdown(report):
         f"{s['unreachable']} unreachable.  Limits: {t['ce_per_day_limit']:g} corrected "
         f"errors/day per DIMM, GPU {t['gpu_temp_limit_c']:g} C.",
         "",
-        "| node | status | image | uptime | hottest GPU | fan duty % | PSU | DIMM CE 24h/7d/total"
-        " | flags |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| node | status | Slurm | image | uptime | hottest GPU | fan duty % | PSU "
+        "| DIMM CE 24h/7d/total | flags |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n in report["nodes"]:
         if n["status"] == "unreachable":
-            lines.append(f"| {n['name']} | **unreachable** | - | - | - | - | - | - | "
-                         f"{_md(n['flags'][0]['message'])} |")
+            lines.append(f"| {n['name']} | **unreachable** | {_slurm_cell(n)} | - | - | - | - "
+                         f"| - | - | {_md(n['flags'][0]['message'])} |")
             continue
         temps = {k: v for k, v in n.get("gpu_temp_c", {}).items() if v is not None}
         hot = max(temps.items(), key=lambda kv: kv[1]) if temps else None
@@ -53,7 +60,8 @@ def report_markdown(report):
                if worst and worst["ce_total"] else "0")
         status = n["status"] if n["status"] == "ok" else f"**{n['status']}**"
         lines.append(
-            f"| {n['name']} | {status} | {_md(n['image'].get('booted') or '?')} | "
+            f"| {n['name']} | {status} | {_slurm_cell(n)} | "
+            f"{_md(n['image'].get('booted') or '?')} | "
             f"{_fmt_uptime(n.get('uptime_s'))} | "
             f"{f'{hot[0]} {hot[1]:g} C' if hot else '-'} | {_md(duty)} | {n.get('psu', '-')} | "
             f"{_md(mem)} | {len(n['flags'])} |")

@@ -189,6 +189,40 @@ def test_failed_gathering_is_a_failure():
     assert "ecc gathering failed: rasdaemon: x is not an sqlite database" in messages(n)
 
 
+SINFO = ("gpu01|idle|none\n"
+         "gpu02|drained|junkyard-health: fan daemon not regulating\n"
+         "gpu03|down*|Not responding\n"
+         "gpu01|idle|none\n")  # a second partition's line for gpu01
+
+
+def test_slurm_states_and_reasons_sit_beside_the_findings():
+    unreachable = {"unreachable": True, "msg": "timed out"}
+    hosts = {"gpu01": healthy(), "gpu02": healthy(), "gpu03": {"health": unreachable},
+             "gpu04": healthy()}
+    r = ha.build_report(hosts, MODEL, None, now=NOW, slurm=SINFO)
+    assert node(r, "gpu01")["slurm"] == {"state": "idle", "reason": ""}
+    assert node(r, "gpu01")["status"] == "ok"
+    gpu02 = node(r, "gpu02")
+    assert gpu02["status"] == "warn"
+    assert ("Slurm has the node drained: junkyard-health: fan daemon not regulating"
+            in messages(gpu02))
+    gpu03 = node(r, "gpu03")
+    assert gpu03["status"] == "unreachable"
+    assert "Slurm has the node down*: Not responding" in messages(gpu03)
+    # a node the controller does not know: no Slurm state, no flag
+    assert node(r, "gpu04")["slurm"] is None and node(r, "gpu04")["status"] == "ok"
+    md = hr.report_markdown(r)
+    assert "| gpu02 | **warn** | drained (junkyard-health: fan daemon not regulating) |" in md
+    assert "| gpu03 | **unreachable** | down* (Not responding) |" in md
+    assert "| gpu01 | ok | idle |" in md
+
+
+def test_without_the_controllers_answer_there_is_no_slurm_column_value():
+    r = report({"gpu01": healthy()})
+    assert node(r)["slurm"] is None
+    assert "| gpu01 | ok | - |" in hr.report_markdown(r)
+
+
 def test_markdown_lists_dimms_with_errors():
     r = report({"gpu01": healthy(dimms=[dimm("DIMM_P0_A0"), dimm("DIMM_P0_B0", 12, 30, 40)])})
     md = hr.report_markdown(r)
