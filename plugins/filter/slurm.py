@@ -29,7 +29,8 @@ _PLUGIN_NOTE = """\
 
 
 def _section(slurm):
-    if not isinstance(slurm, dict) or not {"controller", "nodes", "partitions"} <= set(slurm):
+    if not isinstance(slurm, dict) or \
+            not {"controller", "nodes", "partitions", "health"} <= set(slurm):
         raise AnsibleFilterError("the input must be the model's Slurm section "
                                  "(cluster_model.slurm)")
     return slurm
@@ -76,6 +77,7 @@ def slurm_conf(slurm, state_save_location="/var/lib/slurm/slurmctld",
     state = _absolute("state_save_location", state_save_location)
     log = _absolute("slurmctld_log_file", slurmctld_log_file)
     ctl = slurm["controller"]
+    health = slurm["health"]
     lines = [
         f"ClusterName={slurm['cluster_name']}",
         f"SlurmctldHost={ctl['name']}({ctl['address']})",
@@ -101,6 +103,14 @@ def slurm_conf(slurm, state_save_location="/var/lib/slurm/slurmctld",
         "# A node that stopped answering (a reboot) is back in service when it",
         "# registers with its definition; a node drained by an operator stays drained.",
         "ReturnToService=1",
+        "# The health check of the node image drains a node that lost a GPU, has",
+        "# memory errors, whose fans are not regulated, whose writable path fell back",
+        "# to tmpfs or whose root is not served over the management network; it never",
+        "# resumes a node (an operator does).  ANY: busy nodes too, so that no new job",
+        "# lands on a node that went bad under a running one.",
+        f"HealthCheckProgram={_absolute('health.program', health['program'])}",
+        f"HealthCheckInterval={health['interval']}",
+        "HealthCheckNodeState=ANY",
         "# Memory is scheduled (CR_Core_Memory): a job that asks for none gets",
         "# DefMemPerCPU of its partition (the smallest share of its nodes), not a",
         "# whole node.",

@@ -54,16 +54,24 @@ GresTypes=gpu
 # A node that stopped answering (a reboot) is back in service when it
 # registers with its definition; a node drained by an operator stays drained.
 ReturnToService=1
+# The health check of the node image drains a node that lost a GPU, has
+# memory errors, whose fans are not regulated, whose writable path fell back
+# to tmpfs or whose root is not served over the management network; it never
+# resumes a node (an operator does).  ANY: busy nodes too, so that no new job
+# lands on a node that went bad under a running one.
+HealthCheckProgram=/usr/local/sbin/junkyard-slurm-health
+HealthCheckInterval=60
+HealthCheckNodeState=ANY
 # Memory is scheduled (CR_Core_Memory): a job that asks for none gets
 # DefMemPerCPU of its partition (the smallest share of its nodes), not a
 # whole node.
 
-NodeName=node01 NodeAddr=10.77.0.11 CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 \
+NodeName=node01 NodeAddr=10.77.0.11 CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 \
 RealMemory=1024 Gres=gpu:mi100:8 State=UNKNOWN
-NodeName=node02 NodeAddr=10.77.0.12 CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 \
+NodeName=node02 NodeAddr=10.77.0.12 CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 \
 RealMemory=1024 Gres=gpu:mi100:8 State=UNKNOWN
 
-PartitionName=gpu Nodes=node01,node02 Default=YES MaxTime=UNLIMITED DefMemPerCPU=1024 \
+PartitionName=gpu Nodes=node01,node02 Default=YES MaxTime=UNLIMITED DefMemPerCPU=512 \
 State=UP
 """
 
@@ -95,6 +103,8 @@ def test_the_examples_nodes_partitions_and_gpus():
     text = slurm_conf(slurm)
     assert "StateSaveLocation=/var/lib/slurm/slurmctld\n" in text
     assert "SlurmctldHost=storage01(10.20.0.1)\n" in text
+    assert "HealthCheckProgram=/usr/local/sbin/junkyard-slurm-health\nHealthCheckInterval=60\n" \
+        "HealthCheckNodeState=ANY\n" in text
     nodes = [line for line in text.splitlines() if line.startswith(("NodeName", "Partition"))]
     z20 = ("CPUs=128 Sockets=1 CoresPerSocket=64 ThreadsPerCore=2 RealMemory=498073 "
            "Gres=gpu:mi100:8 State=UNKNOWN")
@@ -122,9 +132,9 @@ def test_partitions_of_the_inventory_are_rendered_in_order():
         {"name": "one", "nodes": ["node02"], "default": True, "max_time": "2-00:00:00"}]}
     lines = slurm_conf(_slurm(data)).splitlines()
     assert lines[-2:] == [
-        "PartitionName=short Nodes=node01,node02 Default=NO MaxTime=1:00:00 DefMemPerCPU=1024 "
+        "PartitionName=short Nodes=node01,node02 Default=NO MaxTime=1:00:00 DefMemPerCPU=512 "
         "State=UP",
-        "PartitionName=one Nodes=node02 Default=YES MaxTime=2-00:00:00 DefMemPerCPU=1024 "
+        "PartitionName=one Nodes=node02 Default=YES MaxTime=2-00:00:00 DefMemPerCPU=512 "
         "State=UP"]
 
 
@@ -149,6 +159,12 @@ def test_the_default_memory_per_cpu_is_the_smallest_share_of_the_partitions_node
     lines = slurm_conf(_slurm(data)).splitlines()
     assert lines[-2].endswith(" DefMemPerCPU=3891 State=UP")  # 498073 MiB / 128 CPUs
     assert lines[-1].endswith(" DefMemPerCPU=1945 State=UP")  # 498073 MiB / 256 CPUs
+
+
+def test_the_health_check_interval_comes_from_the_model():
+    data = lab_data()
+    data["cluster"]["slurm"] = {"health": {"interval": 300}}
+    assert "\nHealthCheckInterval=300\n" in slurm_conf(_slurm(data))
 
 
 def test_a_node_whose_profile_does_not_state_its_cpus_is_refused():

@@ -43,13 +43,13 @@ def test_the_lab_gets_one_default_partition_and_the_head_as_controller():
     assert slurm["controller"] == {"name": "head", "address": "10.77.0.1"}
     assert slurm["partitions"] == [{"name": "gpu", "nodes": ["node01", "node02"],
                                     "default": True, "max_time": "UNLIMITED",
-                                    "def_mem_per_cpu": 1024}]
+                                    "def_mem_per_cpu": 512}]
     assert slurm["slurmd_spool_dir"] == "/run/slurmd"
-    # 1536 MiB less the minimum reserve of 512 MiB (5 % would be 77); the profile's GPUs
-    # in GPU order
+    # 2 cores; 1536 MiB less the minimum reserve of 512 MiB (5 % would be 77); the
+    # profile's GPUs in GPU order
     assert slurm["nodes"][0] == {
         "name": "node01", "address": "10.77.0.11", "profile": "g292-z20", "sockets": 1,
-        "cores_per_socket": 1, "threads_per_core": 1, "cpus": 1, "real_memory": 1024,
+        "cores_per_socket": 2, "threads_per_core": 1, "cpus": 2, "real_memory": 1024,
         "gres": [{"name": "gpu", "type": "mi100", "count": 8,
                   "files": [f"/dev/dri/renderD{128 + i}" for i in range(8)]}]}
     assert slurm["munge_key"] == {
@@ -84,11 +84,31 @@ def test_partitions_controller_and_options_from_the_inventory():
     assert slurm["controller"] == {"name": "node02", "address": "10.77.0.12"}
     assert slurm["partitions"] == [
         {"name": "short", "nodes": ["node01", "node02"], "default": False, "max_time": "1:00:00",
-         "def_mem_per_cpu": 1382},
+         "def_mem_per_cpu": 691},
         {"name": "long", "nodes": ["node02"], "default": True, "max_time": "4320",
-         "def_mem_per_cpu": 1382}]
+         "def_mem_per_cpu": 691}]
     assert slurm["slurmd_spool_dir"] == "/var/log/slurmd"
     assert slurm["nodes"][0]["real_memory"] == 1536 - 154
+
+
+def test_the_health_check_defaults_and_the_nodes_the_fan_daemon_regulates():
+    health = _model(lab_data())["health"]
+    # both lab profiles have fan zones
+    assert health == {"program": "/usr/local/sbin/junkyard-slurm-health",
+                      "config": "/etc/junkyard/slurm-health.conf", "interval": 60,
+                      "ce_per_day_limit": 10, "fan_metrics_max_age_s": 30,
+                      "fan_nodes": ["node01", "node02"]}
+    assert _model(example_data())["health"]["fan_nodes"] == [f"gpu0{i}" for i in range(1, 8)]
+
+
+def test_the_health_check_settings_from_the_inventory():
+    data = _with_slurm({"health": {"interval": 300, "ce_per_day_limit": 2.5,
+                                   "fan_metrics_max_age_s": 10}})
+    data["cluster"]["hardware_profiles"]["g292-z45"]["fan_zones"] = []  # node02's
+    health = _model(data)["health"]
+    assert (health["interval"], health["ce_per_day_limit"], health["fan_metrics_max_age_s"]) \
+        == (300, 2.5, 10)
+    assert health["fan_nodes"] == ["node01"]
 
 
 def test_without_a_default_the_first_partition_is_the_default():
@@ -134,7 +154,7 @@ def test_real_memory_keeps_the_larger_reserve():
     ({"partition": []},
      "cluster: cluster_slurm partition is not a known key (did you mean partitions?); known "
      "keys: controller, partitions, slurmd_spool_dir, memory_reserve_percent, "
-     "memory_reserve_min_mib"),
+     "memory_reserve_min_mib, health"),
     ({"partitions": []},
      "cluster: cluster_slurm.partitions [] lists no partition (leave it out for one partition "
      "gpu with every node)"),
@@ -165,6 +185,26 @@ def test_real_memory_keeps_the_larger_reserve():
      "memory_reserve_min_mib 2000)"),
     ("gpu",
      "cluster: cluster_slurm gpu must be a mapping, not a string"),
+    ({"health": {"interval": 0}},
+     "cluster: cluster_slurm.health.interval 0 must be an integer >= 1 (seconds between two "
+     "runs of the health check)"),
+    ({"health": {"interval": "60"}},
+     "cluster: cluster_slurm.health.interval 60 must be an integer, not a string"),
+    ({"health": {"interval": 1.5}},
+     "cluster: cluster_slurm.health.interval 1.5 must be an integer, not a number"),
+    ({"health": {"ce_per_day_limit": 0}},
+     "cluster: cluster_slurm.health.ce_per_day_limit 0 must be a number > 0"),
+    ({"health": {"ce_per_day_limit": True}},
+     "cluster: cluster_slurm.health.ce_per_day_limit True must be a number, not a boolean"),
+    ({"health": {"fan_metrics_max_age_s": -5}},
+     "cluster: cluster_slurm.health.fan_metrics_max_age_s -5 must be a number > 0"),
+    ({"health": {"fan_metrics_max_age_s": float("inf")}},
+     "cluster: cluster_slurm.health.fan_metrics_max_age_s inf must be a number > 0"),
+    ({"health": {"intervall": 30}},
+     "cluster: cluster_slurm.health intervall is not a known key (did you mean interval?); "
+     "known keys: interval, ce_per_day_limit, fan_metrics_max_age_s"),
+    ({"health": 60},
+     "cluster: cluster_slurm.health 60 must be a mapping, not a number"),
 ])
 def test_cluster_slurm_refusals_name_the_field_and_value(slurm, msg):
     assert msg in _errors(_with_slurm(slurm))

@@ -15,7 +15,13 @@ to render it).
 
 The munge key never enters the node image: the head copies it into each node's
 own host key dataset (a persistent path, exported to that node only) and the
-node's munge service reads it from there (``munge_key``)."""
+node's munge service reads it from there (``munge_key``).
+
+The health check (``health``): the program slurmd runs every ``interval``
+seconds (HealthCheckProgram, from the node image), its settings file, the
+corrected ECC error limit and the fan daemon's metrics age limit
+(``cluster_slurm.health``), and the nodes whose hardware profile has fan
+zones, where the fan daemon must be regulating."""
 
 from __future__ import annotations
 
@@ -42,6 +48,13 @@ TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|[0-9]+(:[0-9]{1,2}){0,2}"
 # from 128, in the order the driver probes the GPUs: PCI order).
 RENDER_MINOR_BASE = 128
 MUNGE_KEY_FILE = "munge.key"
+# The health check in the node image (roles/slurm_node) and its settings.
+HEALTH_PROGRAM = "/usr/local/sbin/junkyard-slurm-health"
+HEALTH_CONFIG = "/etc/junkyard/slurm-health.conf"
+# Seconds between two runs; corrected ECC errors a DIMM may have in 24 h (the
+# health report's ce_per_day_limit); seconds after which the fan daemon's
+# metrics are stale (the health report's fan_metrics_max_age_s).
+DEFAULT_HEALTH = {"interval": 60, "ce_per_day_limit": 10, "fan_metrics_max_age_s": 30}
 
 
 def _check_controller(raw, head, node_names, err):
@@ -152,6 +165,28 @@ def _check_reserve(raw, err):
     return pct, low
 
 
+def _check_health(raw, err):
+    """``cluster_slurm.health``: the interval and the limits of the health check."""
+    health = raw.get("health")
+    out = dict(DEFAULT_HEALTH)
+    if not isinstance(health, dict):  # absent; another shape is the schema's refusal
+        return out
+    interval = health.get("interval", out["interval"])
+    if not is_int(interval) or interval < 1:
+        err.add("cluster", "cluster_slurm.health.interval", interval,
+                "must be an integer >= 1 (seconds between two runs of the health check)")
+    else:
+        out["interval"] = interval
+    for key in ("ce_per_day_limit", "fan_metrics_max_age_s"):
+        value = health.get(key, out[key])
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            err.add("cluster", f"cluster_slurm.health.{key}", value, "must be a number > 0")
+        else:
+            out[key] = value
+    return out
+
+
 def real_memory(size_mib, pct, low):
     """What Slurm may hand out of ``size_mib``: less ``pct`` percent, at least
     ``low`` MiB, for the kernel, the tmpfs paths and the node's daemons (a node
@@ -227,6 +262,8 @@ def check_slurm(cluster, head, node_list, writable, err):
     profiles = as_dict(cluster.get("hardware_profiles"))
     used = sorted({n["profile"] for n in node_list if n.get("profile") in profiles})
     return {
+        "health": _check_health(raw, err),
+        "fan_profiles": [p for p in used if as_list(as_dict(profiles[p]).get("fan_zones"))],
         "controller": _check_controller(raw, as_dict(head), node_names, err),
         "partitions": _check_partitions(raw, node_names, err),
         "slurmd_spool_dir": _check_spool_dir(raw, writable, err),
@@ -266,6 +303,12 @@ def derive(checked, cluster_name, head, nodes, export_root_nodes):
         "slurmd_spool_dir": checked["slurmd_spool_dir"],
         "nodes": out_nodes,
         "partitions": partitions,
+        "health": {
+            "program": HEALTH_PROGRAM,
+            "config": HEALTH_CONFIG,
+            **checked["health"],
+            "fan_nodes": [n["name"] for n in nodes if n["profile"] in checked["fan_profiles"]],
+        },
         "munge_key": {
             "node_path": posixpath.join(images.SSH_HOST_KEYS["path"], MUNGE_KEY_FILE),
             "head_paths": [{"node": name, "path": posixpath.join(d, MUNGE_KEY_FILE)}
