@@ -118,10 +118,51 @@ def test_the_munge_key_is_not_in_the_image_export(lab, site):
         found = head(lab, f"find {mountpoint} -xdev -name 'munge.key' -print 2>/dev/null || true",
                      timeout=300)
         assert found.strip() == "", found
-    key = head(lab, "md5sum < /etc/munge/munge.key").split()[0]
+    key = head(lab, "sha256sum /etc/munge/munge.key").split()[0]
     for node in lab.nodes:
-        res = lab.node_ssh(node, "md5sum < /run/munge/munge.key; stat -c %a:%U /run/munge/munge.key"
-                           "; test ! -e /etc/munge/munge.key && echo no-image-key")
+        res = lab.node_ssh(node, "sha256sum /run/munge/munge.key | cut -d' ' -f1; "
+                           "stat -c %a:%U /run/munge/munge.key; "
+                           "test ! -e /etc/munge/munge.key && echo no-image-key")
         assert res.returncode == 0, res.stdout + res.stderr
         digest, mode, no_image_key = res.stdout.split()
         assert (digest, mode, no_image_key) == (key, "400:munge", "no-image-key"), res.stdout
+
+
+def node_state(lab, name: str) -> tuple[str, str]:
+    """(state, reason) of node ``name`` as the controller has them."""
+    out = head(lab, f"sinfo -h -N -n {name} -o '%T|%E'").strip()
+    state, _sep, reason = out.partition("|")
+    return state, reason
+
+
+def test_a_stopped_fan_daemon_drains_its_node_and_only_an_operator_resumes_it(lab, idle):
+    """The health check (slurm.conf's HealthCheckProgram, every HealthCheckInterval of the
+    model's default) drains node01 once its fan daemon stops regulating; starting the daemon
+    again leaves it drained; node02, drained by an operator, keeps the operator's reason."""
+    interval = 60  # cluster_slurm.health.interval's default: what users run
+    operator = "operator: reseat GPU 3"
+    head(lab, f"scontrol update nodename=node02 state=drain reason={shlex.quote(operator)}")
+    node01 = lab.cfg.node("node01")
+    try:
+        res = lab.node_ssh(node01, "rc-service junkyard-fan stop")
+        assert res.returncode == 0, res.stdout + res.stderr
+        stopped = time.monotonic()
+        # one interval, plus the age at which the daemon's metrics count as stale
+        deadline = stopped + interval + 30 + 60
+        state, reason = node_state(lab, "node01")
+        while not state.startswith("drain") and time.monotonic() < deadline:
+            time.sleep(5)
+            state, reason = node_state(lab, "node01")
+        assert state.startswith("drain"), (state, reason, time.monotonic() - stopped)
+        assert reason.startswith("junkyard-health:") and "fan" in reason, reason
+    finally:
+        res = lab.node_ssh(node01, "rc-service junkyard-fan start")
+        assert res.returncode == 0, res.stdout + res.stderr
+    try:
+        time.sleep(interval + 15)  # a healthy run of the check on both nodes
+        assert node_state(lab, "node01") == (state, reason)
+        state2, reason2 = node_state(lab, "node02")
+        assert state2.startswith("drain") and reason2 == operator, (state2, reason2)
+    finally:
+        head(lab, "scontrol update nodename=node01,node02 state=resume")
+    assert [node_state(lab, n)[0] for n in ("node01", "node02")] == ["idle", "idle"]

@@ -113,7 +113,7 @@ def _check_clashes(users, err):
                         f"is also cluster_users[{first}]'s {field}"
                         + (" (each user's own group has the user's number)"
                            if field == "gid" else ""))
-    names = {u["name"] for _, u in users}
+    names = {u["name"] for _i, u in users}
     for i, user in users:
         for group in user["groups"]:
             if group not in SHARED_GROUPS and group not in names:
@@ -139,7 +139,7 @@ def check_users(cluster, data_sets, err):
                 f"has no dataset mounted there: the users' homes ({HOME_MOUNT}/<name>) "
                 "must be on the data network, the same on the head and every node "
                 "(add - name: home, mount: /home)")
-    return [u for _, u in users]
+    return [u for _i, u in users]
 
 
 def derive(users, data_mounts):
