@@ -65,7 +65,9 @@ def test_writable_table_sizes_names_policy_and_limits():
     ("/usr/local", "nodev"),
 ])
 def test_persistent_mounts_are_nodev_and_nosuid_where_the_path_allows(path, flags):
-    m = model(writable_paths=[{"path": path, "kind": "persistent", "name": "p"}])
+    # (no users: their home dataset would be mounted at /home)
+    m = model(writable_paths=[{"path": path, "kind": "persistent", "name": "p"}], users=[],
+              data_datasets=[])
     line = next(x for x in image.writable_table(m).splitlines()
                 if x.startswith("node01 persistent "))
     assert line == f"node01 persistent {path} 10.77.0.1:/tank/nodes/node01/p vers=3,tcp,{flags}"
@@ -141,7 +143,8 @@ def test_datanet_table_and_data_mounts():
     m = model(networks={"mgmt": {"subnet": "10.77.0.0/24"},
                         "data": {"subnet": "10.78.0.0/24", "mtu": 9000},
                         "bmc": {"subnet": "127.0.0.0/8"}},
-              data_datasets=[{"name": "scratch"}, {"name": "projects", "mount": "/srv/projects"}])
+              data_datasets=[{"name": "scratch"}, {"name": "projects", "mount": "/srv/projects"}],
+              users=[])
     assert image.datanet_table(m) == ("node01 52:54:00:78:00:11 10.78.0.11/24 9000\n"
                                       "node02 52:54:00:78:00:12 10.78.0.12/24 9000\n")
     assert image.data_mounts(m) == [

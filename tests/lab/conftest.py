@@ -23,8 +23,10 @@ from labtools import LabHandle, lab_cli, lab_prerequisites, run_site
 # (a scratch pool over the virtual disks) before site.yml puts the real pool on
 # them, the diskless boot before the storage and health checks on the booted
 # nodes, and `lab down` last.
+# test_slurm.py before test_fan.py: the fan tests stop the fan daemon on node01 on
+# purpose, and the Slurm health check rightly drains node01 for it.
 LAB_FILE_ORDER = ["test_lab_units.py", "test_lab.py", "test_site.py", "test_storage.py",
-                  "test_fan.py", "test_slurm.py", "test_health.py", "test_upgrade.py",
+                  "test_slurm.py", "test_fan.py", "test_health.py", "test_upgrade.py",
                   "test_pool_safety.py"]
 
 

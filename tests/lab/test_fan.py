@@ -6,7 +6,8 @@ because the profile has fan zones, reads the GPU currents through the node's
 /dev/ipmi0 (qemu's KCS interface to the simulator) and commands each side's
 fans.  The simulated fans follow the commanded duty, so the test reads the
 result where an operator would: the BMC's fan tachometers, over IPMI LAN.
-Runs after test_site.py (the nodes are up) and before test_health.py.
+Runs after test_slurm.py (its stops of the daemon drain node01 in Slurm, as
+they should) and before test_health.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ dataset at /home on the head and on both nodes (over the data network), the
 Slurm controller on the head and slurmd (configless) on the nodes.  Each node VM
 has its profile's CPUs and a virtio GPU per GPU of its profile: DRM render nodes
 that gres.conf names and the jobs' device cgroups confine.  Runs after
-test_fan.py (the nodes are up) and before test_health.py.
+test_storage.py (the nodes are up) and before test_fan.py, whose deliberate
+stops of the fan daemon make the health check drain node01.
 """
 
 from __future__ import annotations

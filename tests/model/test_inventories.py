@@ -842,9 +842,9 @@ CASES = [
      "refused"),
     (m_head_zero_mac, "head: head_interfaces.mgmt.mac 00-00-00-00-00-00 is the all-zero MAC "
      "address"),
-    (m_two_data_mounts_on_one_path, "cluster: cluster_data_datasets[2].mount /data/scratch is "
+    (m_two_data_mounts_on_one_path, "cluster: cluster_data_datasets[3].mount /data/scratch is "
      "also the mount of cluster_data_datasets[1] (/data/scratch)"),
-    (m_data_mount_inside_another, "cluster: cluster_data_datasets[2].mount "
+    (m_data_mount_inside_another, "cluster: cluster_data_datasets[3].mount "
      "/data/scratch/archive is nested with the mount of cluster_data_datasets[1] "
      "(/data/scratch)"),
     (m_data_mount_on_writable_path, "cluster: cluster_data_datasets[0].mount /var/log is the "
