@@ -51,9 +51,11 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
-# A node that stopped answering (a reboot) is back in service when it
-# registers with its definition; a node drained by an operator stays drained.
-ReturnToService=1
+# A node that went down (a reboot, also one quicker than SlurmdTimeout, which
+# 1 would keep down as "unexpectedly rebooted") is back in service when it
+# registers with its definition; a drained node (by an operator or the
+# health check) stays drained.
+ReturnToService=2
 # The health check of the node image drains a node that lost a GPU, has
 # memory errors, whose fans are not regulated, whose writable path fell back
 # to tmpfs or whose root is not served over the management network; it never
