@@ -118,9 +118,8 @@ def _nics(interfaces: dict | None, what: str) -> list[Nic]:
     return nics
 
 
-def _group_vars(inv: Path, group: str) -> dict:
-    """The plain variables of ``group_vars/<group>.yml`` next to the hosts file ({} if none)."""
-    path = (inv if inv.is_dir() else inv.parent) / "group_vars" / f"{group}.yml"
+def _vars_file(path: Path) -> dict:
+    """The plain variables of one inventory YAML file ({} if there is none)."""
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -130,19 +129,19 @@ def _group_vars(inv: Path, group: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _group_vars(inv: Path, group: str) -> dict:
+    """The plain variables of ``group_vars/<group>.yml`` next to the hosts file ({} if none)."""
+    return _vars_file((inv if inv.is_dir() else inv.parent) / "group_vars" / f"{group}.yml")
+
+
 def _profiles(inv: Path) -> dict:
     """The hardware profiles of ``group_vars/all/*.yml`` (or ``group_vars/all.yml``)."""
     base = (inv if inv.is_dir() else inv.parent) / "group_vars"
     files = sorted((base / "all").glob("*.yml")) if (base / "all").is_dir() else [base / "all.yml"]
     for path in files:
-        try:
-            data = yaml.safe_load(path.read_text())
-        except FileNotFoundError:
-            continue
-        except yaml.YAMLError as exc:
-            raise LabError(f"lab inventory {path} is not valid YAML: {exc}") from None
-        if isinstance(data, dict) and isinstance(data.get("cluster_hardware_profiles"), dict):
-            return data["cluster_hardware_profiles"]
+        profiles = _vars_file(path).get("cluster_hardware_profiles")
+        if isinstance(profiles, dict):
+            return profiles
     return {}
 
 
