@@ -18,7 +18,12 @@ Variants, measured side by side in one run:
           blacklist, the root mounted with close-to-open consistency (no
           nocto) and fsck not skipped (no fastboot) (the bench edits it on the
           head and puts it back; the image's smaller initramfs and the
-          services kept out of its runlevels are not undone)
+          services kept out of its runlevels are not undone), and OpenRC as
+          in `serial`
+  serial  the node's boot entry as site.yml wrote it, with OpenRC starting
+          one service after the other (rc_parallel="NO") and computing its
+          dependency tree at boot (the cached tree hidden): the bench edits
+          the node's image version on the head and puts it back
 
 From what each boot fetched (nginx's access log and dnsmasq's TFTP log on the
 head) it takes the bytes per node, and projects how long N nodes booting at
@@ -31,7 +36,7 @@ table; the lab's own network is emulated and says nothing about a real one.
 Then (unless --skip-image) it times a re-run of playbooks/image.yml.
 Prints figures; asserts nothing.
 
-    .venv/bin/python bench/lab_boot.py [--variants now,before] [--rounds N] [--skip-image]
+    .venv/bin/python bench/lab_boot.py [--variants now,serial,before] [--rounds N] [--skip-image]
 """
 
 from __future__ import annotations
@@ -159,21 +164,55 @@ def grub_file(node) -> str:
     return "/srv/tftp/grub/grub.cfg-01-" + mac.lower().replace(":", "-")
 
 
+def image_root(lab, node) -> str:
+    """The image tree on the head that the node's default GRUB entry boots."""
+    res = lab.ssh(f"sed -n 's/.*nfsroot=[^:]*:\\([^ ,]*\\).*/\\1/p' {grub_file(node)} | head -n 1")
+    root = res.stdout.strip()
+    if res.returncode != 0 or not root.startswith("/"):
+        raise SystemExit(f"lab_boot: no nfsroot= in {node.name}'s GRUB file: {res.stderr.strip()}")
+    return root
+
+
+# OpenRC as it was before rc_parallel and the cached dependency tree: the image's
+# rc.conf and cache/softlevel are kept beside them (times kept) and put back after;
+# a read-only image dataset is made writable for the edit only.
+OPENRC_EDIT = """set -e; root={root}; ds=$(findmnt -n -o SOURCE --target "$root")
+ro=$(zfs get -H -o value readonly "$ds" 2>/dev/null || echo off)
+[ "$ro" = off ] || zfs set readonly=off "$ds"
+{body}
+[ "$ro" = off ] || zfs set readonly="$ro" "$ds"
+"""
+OPENRC_SERIAL = """cp -p "$root/etc/rc.conf" "$root/etc/rc.conf.bench"
+sed -i 's/^rc_parallel=.*/rc_parallel="NO"/' "$root/etc/rc.conf"
+c="$root/lib/rc/cache"; if [ -e "$c/softlevel" ]; then mv "$c/softlevel" "$c/softlevel.bench"; fi"""
+OPENRC_NOW = """e="$root/etc"
+if [ -e "$e/rc.conf.bench" ]; then mv "$e/rc.conf.bench" "$e/rc.conf"; fi
+c="$root/lib/rc/cache"
+if [ -e "$c/softlevel.bench" ]; then mv "$c/softlevel.bench" "$c/softlevel"; fi"""
+
+
 def set_variant(lab, node, variant: str) -> None:
     """before: the node's GRUB file boots its TFTP entry with no module blacklist, no
-    nocto and no fastboot (a copy of the file as site.yml wrote it is kept beside it);
-    now: the copy is put back."""
+    nocto and no fastboot (a copy of the file as site.yml wrote it is kept beside it),
+    and OpenRC as in serial; serial: the node's image starts its services one after the
+    other and computes its dependency tree at boot; now: the copies are put back."""
     path = grub_file(node)
+    cmds = []
     if variant == "before":
-        cmd = (f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
-               f"-e 's/ modprobe\\.blacklist=[^ ]*//g' -e 's/,nocto / /' "
-               f"-e 's/ fastboot / /' {path}")
-    else:
-        cmd = f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi"
-    res = lab.ssh(cmd)
-    if res.returncode != 0:
-        raise SystemExit(f"lab_boot: cannot set {node.name}'s GRUB file to {variant}: "
-                         f"{res.stderr.strip()}")
+        cmds.append(f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
+                    f"-e 's/ modprobe\\.blacklist=[^ ]*//g' -e 's/,nocto / /' "
+                    f"-e 's/ fastboot / /' {path}")
+    if variant in ("before", "serial"):
+        cmds.append(OPENRC_EDIT.format(root=shlex.quote(image_root(lab, node)),
+                                       body=OPENRC_SERIAL))
+    if variant == "now":
+        cmds.append(OPENRC_EDIT.format(root=shlex.quote(image_root(lab, node)), body=OPENRC_NOW))
+        cmds.append(f"if [ -e {path}.bench ]; then mv {path}.bench {path}; fi")
+    for cmd in cmds:
+        res = lab.ssh(cmd)
+        if res.returncode != 0:
+            raise SystemExit(f"lab_boot: cannot set {node.name}'s boot to {variant}: "
+                             f"{res.stderr.strip()}")
 
 
 def fmt(v: float | None) -> str:
@@ -183,9 +222,10 @@ def fmt(v: float | None) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--variants", default="now,before",
-                    help="comma-separated: now (as deployed), before (TFTP, no blacklist, "
-                         "no nocto, no fastboot)")
+    ap.add_argument("--variants", default="now,serial,before",
+                    help="comma-separated: now (as deployed), serial (OpenRC serial, its "
+                         "dependency tree computed at boot), before (serial and TFTP, no "
+                         "blacklist, no nocto, no fastboot)")
     ap.add_argument("--nodes", default="", help="comma-separated node names (default: all)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-image", action="store_true")
@@ -214,12 +254,12 @@ def main() -> int:
     for r in range(args.rounds):
         for node in nodes:
             for variant in variants:
-                if variant == "before":
-                    set_variant(lab, node, "before")
+                if variant != "now":
+                    set_variant(lab, node, variant)
                 try:
                     res = boot_once(lab, cfg, node, args.timeout)
                 finally:
-                    if variant == "before":
+                    if variant != "now":
                         set_variant(lab, node, "now")
                 rows.append((variant, res))
                 print(f"{variant:8} {r + 1:5} {node.name:8} "

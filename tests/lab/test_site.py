@@ -212,3 +212,17 @@ def test_second_site_run_changes_nothing(lab, site, lab_log):
     assert hosts["image-bookworm-v1"]["ok"] < 10, hosts
     recorded = lab.ssh("cat /tank/images/bookworm/v1/etc/junkyard/image-inputs").stdout
     assert re.search(r"(?m)^digest: [0-9a-f]{64}$", recorded), recorded
+
+
+@pytest.mark.parametrize("node", ["node01", "node02"])
+def test_openrc_booted_in_parallel_from_the_cached_dependency_tree(lab, site, node):
+    # the image's tree (computed at build time) was copied into /run with its time
+    # kept, and OpenRC found nothing newer: the tree it uses is that copy, not one
+    # computed at this boot (which would carry the boot's time)
+    res = lab.node_ssh(node, "sed -n 's/^rc_parallel=//p' /etc/rc.conf; "
+                             "stat -c %Y /lib/rc/cache/deptree /run/openrc/deptree")
+    assert res.returncode == 0, res.stderr
+    parallel, cached, used = res.stdout.split()
+    assert parallel == '"YES"', res.stdout
+    assert used == cached, res.stdout
+    assert "Caching service dependencies" not in lab.console(node), lab.console(node)[-3000:]
