@@ -94,7 +94,8 @@ def ensure_ssh_key(lab: Lab) -> None:
 def ssh_base(lab: Lab) -> list[str]:
     return ["ssh", "-i", str(lab.ssh_key), "-p", str(lab.ssh_port), "-o", "BatchMode=yes",
             "-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
-            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", "root@127.0.0.1"]
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", *lab.ssh_mux(),
+            "root@127.0.0.1"]
 
 
 def ssh(lab: Lab, command: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -67,6 +67,21 @@ class Lab:
     def ssh_key(self) -> Path:
         return self.state / "ssh" / "id_ed25519"
 
+    @staticmethod
+    def ssh_mux(in_proxy_command: bool = False) -> list[str]:
+        """ssh options that share one connection to the head between commands.
+
+        Every ssh through the head would otherwise make a connection of its own, and
+        each costs the emulated head about a second of CPU: while a node boots, the
+        controller asking for its SSH port every second (wait_for_connection, the
+        tests' wait_login) keeps the head busy with handshakes instead of serving the
+        booting nodes their root.  In a ProxyCommand the outer ssh expands % first,
+        hence %%C there.  inventories/lab/group_vars/gpu_nodes.yml writes the same."""
+        token = "%%C" if in_proxy_command else "%C"
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath=/tmp/jylab-mux-{token}",
+                "-o", "ControlPersist=600", "-o", "ServerAliveInterval=10",
+                "-o", "ServerAliveCountMax=3"]
+
     def node(self, name: str) -> Node:
         for node in self.nodes:
             if node.name == name:

@@ -54,7 +54,7 @@ class LabHandle:
             ["ssh", "-i", str(self.cfg.ssh_key), "-p", str(self.cfg.ssh_port),
              "-o", "BatchMode=yes", "-o", "UserKnownHostsFile=/dev/null",
              "-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR",
-             "root@127.0.0.1", command],
+             *self.cfg.ssh_mux(), "root@127.0.0.1", command],
             capture_output=True, text=True, timeout=timeout, check=False,
             stdin=subprocess.DEVNULL)
 
@@ -66,8 +66,8 @@ class LabHandle:
         opts = ["-i", str(self.cfg.ssh_key), "-o", "BatchMode=yes",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
                 "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=30"]
-        jump = " ".join(["ssh", "-W", "%h:%p", *opts, "-p", str(self.cfg.ssh_port),
-                         "root@127.0.0.1"])
+        jump = " ".join(["ssh", "-W", "%h:%p", *opts, *self.cfg.ssh_mux(in_proxy_command=True),
+                         "-p", str(self.cfg.ssh_port), "root@127.0.0.1"])
         return subprocess.run(["ssh", *opts, "-o", f"ProxyCommand={jump}", f"root@{mgmt}",
                                command], capture_output=True, text=True, timeout=timeout,
                               check=False, stdin=subprocess.DEVNULL)
