@@ -3,6 +3,7 @@ prints are computed from what the head logged (a wrong parse would print wrong f
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -107,6 +108,8 @@ def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monke
             "src": str(TEMPLATE), "dest": str(grub), "mode": "0644"}}])
     text = grub.read_text()
     monkeypatch.setattr(lab_boot, "grub_file", lambda node: str(grub))
+    root = _image_tree(tmp_path)
+    monkeypatch.setattr(lab_boot, "image_root", lambda lab, node: str(root))
     node = type("Node", (), {"name": "node01"})()
     linux = [ln for ln in text.splitlines() if ln.strip().startswith("linux ")]
     assert len(linux) == 3 and all(",nocto " in ln and " fastboot " in ln
@@ -121,5 +124,51 @@ def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monke
         assert "nocto" not in line and "fastboot" not in line and "blacklist" not in line, line
         assert ",vers=3,tcp ip=" in line and " ro junkyard.node=node01 " in line, line
 
+    assert _openrc(root) == ('rc_parallel="NO"', False)  # before includes serial
+
     lab_boot.set_variant(_HeadShell(), node, "now")
     assert grub.read_text() == text
+    assert _openrc(root) == ('rc_parallel="YES"', True)
+
+
+def _image_tree(tmp_path):
+    """An image's rc.conf and cached OpenRC tree as node_image writes them."""
+    root = tmp_path / "image"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "rc.conf").write_text('#rc_parallel="NO"\nrc_parallel="YES"\nrc_logger="NO"\n')
+    cache = root / "lib" / "rc" / "cache"
+    cache.mkdir(parents=True)
+    (cache / "deptree").write_text("depinfo_0_service='ssh'\n")
+    (cache / "softlevel").write_text("sysinit\n")
+    return root
+
+
+def _openrc(root) -> tuple[str, bool]:
+    lines = (root / "etc" / "rc.conf").read_text().splitlines()
+    return (next(ln for ln in lines if ln.startswith("rc_parallel=")),
+            (root / "lib" / "rc" / "cache" / "softlevel").exists())
+
+
+def test_serial_variant_hides_the_cached_tree_and_puts_everything_back(tmp_path, monkeypatch):
+    # rc_parallel NO and no cached dependency tree (OpenRC's init.sh copies the cache only
+    # when cache/softlevel exists); the GRUB file is left alone; "now" restores rc.conf with
+    # its time, so the cached tree is not older than it (OpenRC would compute it again)
+    grub = tmp_path / "grub.cfg-01-node01"
+    grub.write_text("set default=0\n")
+    monkeypatch.setattr(lab_boot, "grub_file", lambda node: str(grub))
+    root = _image_tree(tmp_path)
+    monkeypatch.setattr(lab_boot, "image_root", lambda lab, node: str(root))
+    node = type("Node", (), {"name": "node01"})()
+    rc_conf = root / "etc" / "rc.conf"
+    mtime = rc_conf.stat().st_mtime_ns - 10**9
+    os.utime(rc_conf, ns=(mtime, mtime))
+    original = rc_conf.read_text()
+
+    lab_boot.set_variant(_HeadShell(), node, "serial")
+    assert _openrc(root) == ('rc_parallel="NO"', False)
+    assert grub.read_text() == "set default=0\n"
+
+    lab_boot.set_variant(_HeadShell(), node, "now")
+    assert _openrc(root) == ('rc_parallel="YES"', True)
+    assert rc_conf.read_text() == original and rc_conf.stat().st_mtime_ns == mtime
+    assert not list(root.rglob("*.bench"))
