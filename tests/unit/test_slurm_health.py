@@ -401,6 +401,20 @@ def test_the_fan_daemon_has_until_the_boot_grace_to_start(node):
     assert node.calls() == []
 
 
+def test_a_fan_daemon_still_starting_is_waited_for_after_the_boot_grace(node):
+    # a slow boot: OpenRC is starting junkyard-fan (its start waits for the first
+    # metrics) when the boot grace is over; the node is not drained meanwhile
+    node.set_uptime(600)
+    (node.run / "openrc" / "started" / "junkyard-fan").unlink()
+    (node.run / "openrc" / "starting").mkdir()
+    (node.run / "openrc" / "starting" / "junkyard-fan").symlink_to("/etc/init.d/junkyard-fan")
+    Path(node.settings["fan_metrics"]).unlink()
+    proc = node.check()
+    assert proc.returncode == 0, proc.stdout
+    assert "  fan      WAIT  junkyard-fan is starting, 600 s after boot\n" in proc.stdout
+    assert node.calls() == []
+
+
 def test_a_node_whose_profile_has_no_fan_zones_has_no_fan_daemon_to_check(node):
     node.settings["fan_nodes"] = "node02"
     node.write_settings()

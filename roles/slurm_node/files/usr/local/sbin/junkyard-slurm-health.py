@@ -418,7 +418,11 @@ def check_fan(node, settings, procfs, now_wall):
     service, path = settings["fan_service"], settings["fan_metrics"]
     booted = uptime(procfs)
     grace = booted < settings["fan_boot_grace"]
-    if _openrc_state(settings["openrc_dir"], service) == "stopped":
+    state = _openrc_state(settings["openrc_dir"], service)
+    if state == "starting":
+        # its start returns once the daemon wrote its first metrics (or gave up waiting)
+        return "wait", f"{service} is starting, {booted:.0f} s after boot"
+    if state == "stopped":
         if grace:
             return "wait", (f"{service} is not started yet, {booted:.0f} s after boot "
                             f"(grace {settings['fan_boot_grace']:g} s)")
