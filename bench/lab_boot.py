@@ -21,9 +21,8 @@ Variants, measured side by side in one run:
           services kept out of its runlevels are not undone), and OpenRC as
           in `serial`
   serial  the node's boot entry as site.yml wrote it, with OpenRC starting
-          one service after the other (rc_parallel="NO") and computing its
-          dependency tree at boot (the cached tree hidden): the bench edits
-          the node's image version on the head and puts it back
+          one service after the other (rc_parallel="NO"): the bench edits the
+          node's image version on the head and puts it back
 
 From what each boot fetched (nginx's access log and dnsmasq's TFTP log on the
 head) it takes the bytes per node, and projects how long N nodes booting at
@@ -173,9 +172,8 @@ def image_root(lab, node) -> str:
     return root
 
 
-# OpenRC as it was before rc_parallel and the cached dependency tree: the image's
-# rc.conf and cache/softlevel are kept beside them (times kept) and put back after;
-# a read-only image dataset is made writable for the edit only.
+# OpenRC as it was before rc_parallel: the image's rc.conf is kept beside it (time
+# kept) and put back after; a read-only image dataset is made writable for the edit only.
 OPENRC_EDIT = """set -e; root={root}; ds=$(findmnt -n -o SOURCE --target "$root")
 ro=$(zfs get -H -o value readonly "$ds" 2>/dev/null || echo off)
 [ "$ro" = off ] || zfs set readonly=off "$ds"
@@ -184,18 +182,16 @@ ro=$(zfs get -H -o value readonly "$ds" 2>/dev/null || echo off)
 """
 OPENRC_SERIAL = """cp -p "$root/etc/rc.conf" "$root/etc/rc.conf.bench"
 sed -i 's/^rc_parallel=.*/rc_parallel="NO"/' "$root/etc/rc.conf"
-c="$root/lib/rc/cache"; if [ -e "$c/softlevel" ]; then mv "$c/softlevel" "$c/softlevel.bench"; fi"""
+"""
 OPENRC_NOW = """e="$root/etc"
-if [ -e "$e/rc.conf.bench" ]; then mv "$e/rc.conf.bench" "$e/rc.conf"; fi
-c="$root/lib/rc/cache"
-if [ -e "$c/softlevel.bench" ]; then mv "$c/softlevel.bench" "$c/softlevel"; fi"""
+if [ -e "$e/rc.conf.bench" ]; then mv "$e/rc.conf.bench" "$e/rc.conf"; fi"""
 
 
 def set_variant(lab, node, variant: str) -> None:
     """before: the node's GRUB file boots its TFTP entry with no module blacklist, no
     nocto and no fastboot (a copy of the file as site.yml wrote it is kept beside it),
     and OpenRC as in serial; serial: the node's image starts its services one after the
-    other and computes its dependency tree at boot; now: the copies are put back."""
+    other; now: the copies are put back."""
     path = grub_file(node)
     cmds = []
     if variant == "before":
@@ -223,9 +219,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--variants", default="now,serial,before",
-                    help="comma-separated: now (as deployed), serial (OpenRC serial, its "
-                         "dependency tree computed at boot), before (serial and TFTP, no "
-                         "blacklist, no nocto, no fastboot)")
+                    help="comma-separated: now (as deployed), serial (OpenRC serial), before "
+                         "(serial and TFTP, no blacklist, no nocto, no fastboot)")
     ap.add_argument("--nodes", default="", help="comma-separated node names (default: all)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-image", action="store_true")

@@ -124,35 +124,29 @@ def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monke
         assert "nocto" not in line and "fastboot" not in line and "blacklist" not in line, line
         assert ",vers=3,tcp ip=" in line and " ro junkyard.node=node01 " in line, line
 
-    assert _openrc(root) == ('rc_parallel="NO"', False)  # before includes serial
+    assert _openrc(root) == 'rc_parallel="NO"'  # before includes serial
 
     lab_boot.set_variant(_HeadShell(), node, "now")
     assert grub.read_text() == text
-    assert _openrc(root) == ('rc_parallel="YES"', True)
+    assert _openrc(root) == 'rc_parallel="YES"'
 
 
 def _image_tree(tmp_path):
-    """An image's rc.conf and cached OpenRC tree as node_image writes them."""
+    """An image's rc.conf as node_image writes it."""
     root = tmp_path / "image"
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "rc.conf").write_text('#rc_parallel="NO"\nrc_parallel="YES"\nrc_logger="NO"\n')
-    cache = root / "lib" / "rc" / "cache"
-    cache.mkdir(parents=True)
-    (cache / "deptree").write_text("depinfo_0_service='ssh'\n")
-    (cache / "softlevel").write_text("sysinit\n")
     return root
 
 
-def _openrc(root) -> tuple[str, bool]:
+def _openrc(root) -> str:
     lines = (root / "etc" / "rc.conf").read_text().splitlines()
-    return (next(ln for ln in lines if ln.startswith("rc_parallel=")),
-            (root / "lib" / "rc" / "cache" / "softlevel").exists())
+    return next(ln for ln in lines if ln.startswith("rc_parallel="))
 
 
-def test_serial_variant_hides_the_cached_tree_and_puts_everything_back(tmp_path, monkeypatch):
-    # rc_parallel NO and no cached dependency tree (OpenRC's init.sh copies the cache only
-    # when cache/softlevel exists); the GRUB file is left alone; "now" restores rc.conf with
-    # its time, so the cached tree is not older than it (OpenRC would compute it again)
+def test_serial_variant_edits_the_image_and_puts_it_back(tmp_path, monkeypatch):
+    # rc_parallel NO in the node's image; the GRUB file is left alone; "now" restores
+    # rc.conf with its content and time
     grub = tmp_path / "grub.cfg-01-node01"
     grub.write_text("set default=0\n")
     monkeypatch.setattr(lab_boot, "grub_file", lambda node: str(grub))
@@ -165,10 +159,10 @@ def test_serial_variant_hides_the_cached_tree_and_puts_everything_back(tmp_path,
     original = rc_conf.read_text()
 
     lab_boot.set_variant(_HeadShell(), node, "serial")
-    assert _openrc(root) == ('rc_parallel="NO"', False)
+    assert _openrc(root) == 'rc_parallel="NO"'
     assert grub.read_text() == "set default=0\n"
 
     lab_boot.set_variant(_HeadShell(), node, "now")
-    assert _openrc(root) == ('rc_parallel="YES"', True)
+    assert _openrc(root) == 'rc_parallel="YES"'
     assert rc_conf.read_text() == original and rc_conf.stat().st_mtime_ns == mtime
     assert not list(root.rglob("*.bench"))
