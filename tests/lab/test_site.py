@@ -212,14 +212,3 @@ def test_second_site_run_changes_nothing(lab, site, lab_log):
     assert hosts["image-bookworm-v1"]["ok"] < 10, hosts
     recorded = lab.ssh("cat /tank/images/bookworm/v1/etc/junkyard/image-inputs").stdout
     assert re.search(r"(?m)^digest: [0-9a-f]{64}$", recorded), recorded
-
-
-@pytest.mark.parametrize("node", ["node01", "node02"])
-def test_openrc_started_the_services_in_parallel(lab, site, node):
-    # rc_parallel from the image's rc.conf (node_image_openrc_parallel); OpenRC's parallel
-    # start prefixes each line of a service with its name (serial start does not)
-    res = lab.node_ssh(node, "sed -n 's/^rc_parallel=//p' /etc/rc.conf")
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ['"YES"'], res.stdout
-    console = lab.console(node)
-    assert re.search(r"(?m)^\S*junkyard-network\s*\S*\|", console), console[-3000:]
