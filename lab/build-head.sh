@@ -129,6 +129,13 @@ printf '[Match]\nName=lab0\n\n[Network]\nDHCP=ipv4\nLinkLocalAddressing=no\nIPv6
 in_root systemctl enable systemd-networkd.service >/dev/null 2>&1
 in_root systemctl disable systemd-networkd-wait-online.service >/dev/null 2>&1 || true
 
+# Ansible's module payloads compiled once, not at every task (lab/jylab/zipcache.py): a
+# .pth hook in the head's Python, its cache root-only; the node images never carry it
+dist=$root/usr/lib/python3/dist-packages
+install -m 0644 "$(dirname "$0")/jylab/zipcache.py" "$dist/jylab_zipcache.py"
+printf 'import jylab_zipcache; jylab_zipcache.install()\n' >"$dist/jylab-zipcache.pth"
+install -d -m 0700 "$root/var/cache/jylab-zipcache"
+
 # packages come through the lab's proxy (qemu guestfwd to the host's loopback)
 printf 'Acquire::http::Proxy "http://10.0.2.100:3142";\n' >"$root/etc/apt/apt.conf.d/01lab-proxy"
 

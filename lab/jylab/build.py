@@ -14,6 +14,8 @@ from .config import LAB_DIR, Lab, LabError
 
 BUILD_SCRIPT = LAB_DIR / "build-head.sh"
 PACKAGES = LAB_DIR / "head-packages.txt"
+# installed into the head image by BUILD_SCRIPT
+ZIPCACHE = LAB_DIR / "jylab" / "zipcache.py"
 ARTEFACTS = ("head.img", "vmlinuz", "initrd.img", "manifest")
 
 
@@ -32,7 +34,8 @@ def kernel_candidate() -> str:
 
 def head_key() -> str:
     h = hashlib.sha256()
-    for part in (BUILD_SCRIPT.read_bytes(), PACKAGES.read_bytes(), kernel_candidate().encode(),
+    for part in (BUILD_SCRIPT.read_bytes(), PACKAGES.read_bytes(), ZIPCACHE.read_bytes(),
+                 kernel_candidate().encode(),
                  os.environ.get("JUNKYARD_LAB_MIRROR", "").encode(),
                  os.environ.get("JUNKYARD_LAB_HEAD_SIZE", "").encode()):
         h.update(len(part).to_bytes(8, "little"))
