@@ -127,8 +127,8 @@ def playbook_argv(inventory: Path) -> list[str]:
 
 
 def retire_commands(names: list[str]) -> list[str]:
-    return [f"lab/lab run {RETIRE} -e retire_node={n} -e retire_action=destroy "
-            f"-e retire_confirm={n}" for n in names]
+    return [f"lab/lab run {RETIRE} -e retire_node_name={n} -e retire_node_action=destroy "
+            f"-e retire_node_confirm={n}" for n in names]
 
 
 def lab_env() -> dict[str, str]:
@@ -176,7 +176,7 @@ def warning(size: int, generated: list[str], workdir: Path) -> str:
         "GRUB files and leases; nothing destroys the datasets automatically.  Remove them "
         f"with {RETIRE}, one node per run, e.g.\n"
         f"  {retire_commands(generated[:1])[0]}\n"
-        f"(all of them: sh {script}; retire_action=archive instead keeps them under "
+        f"(all of them: sh {script}; retire_node_action=archive instead keeps them under "
         "<pool>/archive)."
     )
 

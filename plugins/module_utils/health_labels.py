@@ -7,55 +7,31 @@ Pure Python (stdlib only); used by the health filters on the controller.
 
 from __future__ import annotations
 
-import re
-
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model import hardware
+from ansible_collections.junkyard.cluster.plugins.module_utils.cluster_model.common import fmt
 from ansible_collections.junkyard.cluster.plugins.module_utils.health_parsers import HealthError
 
+DIMM_DEFAULT_LOCATIONS = hardware.DIMM_DEFAULT_LOCATIONS
 
-def dimm_label_entries(labels, default_locations="{index}.0.0,{index}.1.0", where="dimm_labels"):
+
+def dimm_label_entries(labels, default_locations=DIMM_DEFAULT_LOCATIONS, where="dimm_labels"):
     """Normalise a profile's ``memory.dimm_labels`` into ``[{label, locations}]``.
 
     An entry is a label string (its locations come from ``default_locations``
     with ``{index}`` = its position: one EDAC memory controller per channel and
     the DIMM's two chip selects, the EPYC one-DIMM-per-channel layout), or a
     mapping ``{label, location}`` with ``location`` a ``mc.top.mid[.low]``
-    string or a list of them.
+    string or a list of them.  The rules are the cluster model's
+    (``cluster_model.hardware.dimm_label_entries``); the first problem is raised.
     """
-    if labels is None:
-        return []
-    if not isinstance(labels, list):
-        raise HealthError(f"{where} must be a list, got {labels!r}")
-    out, seen = [], set()
-    for i, entry in enumerate(labels):
-        if isinstance(entry, str):
-            label, locs = entry, default_locations.format(index=i).split(",")
-        elif isinstance(entry, dict) and isinstance(entry.get("label"), str):
-            label, locs = entry["label"], entry.get("location", entry.get("locations"))
-            locs = [locs] if isinstance(locs, str) else locs
-            if not isinstance(locs, list) or not locs:
-                raise HealthError(f"{where}[{i}].location {locs!r} must be mc.top.mid or "
-                                  "a list of them")
-        else:
-            raise HealthError(f"{where}[{i}] {entry!r} must be a label or "
-                              "{label: ..., location: mc.top.mid}")
-        label = label.strip()
-        if not label or re.search(r"[:;,\s]", label):
-            raise HealthError(f"{where}[{i}] label {label!r} must be non-empty, without "
-                              "spaces, ':', ';' or ','")
-        if label in seen:
-            raise HealthError(f"{where}[{i}] label {label} is repeated")
-        seen.add(label)
-        clean = []
-        for loc in locs:
-            loc = str(loc).strip()
-            if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,3}", loc):
-                raise HealthError(f"{where}[{i}] location {loc!r} is not mc.top[.mid[.low]]")
-            clean.append(loc)
-        out.append({"label": label, "locations": clean})
-    return out
+    entries, problems = hardware.dimm_label_entries(labels, where, default_locations)
+    if problems:
+        field, value, problem = problems[0]
+        raise HealthError(f"{field} {fmt(value)} {problem}")
+    return entries
 
 
-def label_files(profiles, boards=None, default_locations="{index}.0.0,{index}.1.0"):
+def label_files(profiles, boards=None, default_locations=DIMM_DEFAULT_LOCATIONS):
     """One rasdaemon label file per hardware profile that has DIMM labels.
 
     ``[{profile, description, board, entries}]``; ``board`` is the profile's

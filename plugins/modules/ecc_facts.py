@@ -56,7 +56,8 @@ options:
 EXAMPLES = r"""
 - name: Count memory errors per DIMM
   junkyard.cluster.ecc_facts:
-    expected_labels: "{{ cluster_hardware_profiles[node_profile].memory.dimm_labels }}"
+    expected_labels: >-
+      {{ (cluster_model.nodes | selectattr('name', 'eq', inventory_hostname) | first).dimm_labels }}
   register: ecc
 """
 

@@ -2,7 +2,9 @@
 connection, a node without GPUs: the lab's node01 on lab-vm, its g292-z20
 profile without the GPUs): a short memory stress with stress-ng passes and
 says the GPU part was skipped; a corrected error that appears in the EDAC
-counters during the run stops the load and fails the node."""
+counters during the run stops the load and fails the node.  The paths and the
+GPU limit shared with the health report are read under their health_report_*
+names and under their deprecated health_* ones."""
 
 from __future__ import annotations
 
@@ -48,10 +50,10 @@ def inventory(tmp_path):
     return inv
 
 
-def run(tmp_path, **extra):
+def run(tmp_path, names="current", **extra):
     pdd = tmp_path / "runner"
     pdd.mkdir()
-    fixtures = node_fixtures(tmp_path)
+    fixtures = node_fixtures(tmp_path, names)
     r = ansible_runner.run(
         private_data_dir=str(pdd),
         playbook=str(REPO / "playbooks" / "burn_in.yml"),
@@ -75,7 +77,8 @@ def run(tmp_path, **extra):
 
 
 def test_memory_burn_in_passes_and_skips_the_gpus(tmp_path):
-    r, out, verdict, md = run(tmp_path, burn_in_gpu_temp_limit_c=99)
+    # the fixture's GPU0_TEMP is 97 C: under the health report's limit, 99
+    r, out, verdict, md = run(tmp_path, health_report_gpu_temp_limit_c=99)
     assert r.rc == 0, out[-5000:]
     assert verdict["passed"] is True
     assert verdict["notes"] == ["gpu stress skipped: the hardware profile has no GPU",
@@ -120,10 +123,12 @@ def test_new_corrected_error_fails_the_node(tmp_path):
 
 
 def test_hot_gpu_fails_the_node(tmp_path):
-    # The fan metrics fixture reports GPU0_TEMP at 97 C.
-    r, out, verdict, _unused = run(tmp_path, burn_in_gpu_temp_limit_c=95, burn_in_duration_s=2)
+    # The fan metrics fixture reports GPU0_TEMP at 97 C; the paths and the limit
+    # (96: not the default) under their deprecated names.
+    r, out, verdict, _unused = run(tmp_path, names="deprecated", health_gpu_temp_limit_c=96,
+                                   burn_in_duration_s=2)
     assert r.rc != 0
-    assert "GPU0_TEMP reached 97 C (limit 95 C)" in verdict["problems"]
+    assert "GPU0_TEMP reached 97 C (limit 96 C)" in verdict["problems"]
     # The first sample of the run saw it and stopped the memory stress.
     assert verdict["notes"][-2].startswith("the load was stopped at sample 2: GPU0_TEMP at 97 C")
     assert verdict["notes"][-1] == NO_FAN_PROBE

@@ -1,8 +1,9 @@
-"""playbooks/health_report.yml through ansible-runner against two nodes: this
-machine over a local connection (its fan metrics, rasdaemon database and EDAC
-tree are fixtures in tmp_path) and a node at 127.0.0.1 on a closed SSH port.
-The report must list the second one as unreachable, never as healthy, and
-still report the first one.
+"""playbooks/health_report.yml (the role health_report) through ansible-runner
+against two nodes: this machine over a local connection (its fan metrics,
+rasdaemon database and EDAC tree are fixtures in tmp_path) and a node at
+127.0.0.1 on a closed SSH port.  The report must list the second one as
+unreachable, never as healthy, and still report the first one; the settings
+work under their health_report_* names and under the deprecated health_* ones.
 
 The lab test (real node VMs booted from the head) comes later: it needs the
 node image with rasdaemon and the fan daemon, and a node VM booted over NFS.
@@ -18,6 +19,7 @@ import sys
 import time
 
 import ansible_runner
+import pytest
 import yaml
 from junkyard_fan import metrics as fan_metrics
 from rasdaemon_fixtures import DAY, HOUR, create_db, edac_tree, mc_event, umc_mce
@@ -39,8 +41,9 @@ def inventory(tmp_path):
     """The lab inventory's model (its cluster_* variables, node_image, node_bmc_defaults
     and hosts), node01 played by this machine, node02 behind a closed SSH port."""
     cluster = {k: v for k, v in group_vars(LAB, "all").items() if k.startswith("cluster_")}
+    # DIMM_P0_C0: in neither EDAC nor the database, listed from the model
     cluster["cluster_hardware_profiles"]["g292-z20"]["memory"]["dimm_labels"] = [
-        "DIMM_P0_A0", "DIMM_P0_B0"]
+        "DIMM_P0_A0", "DIMM_P0_B0", "DIMM_P0_C0"]
     node_group = {k: v for k, v in group_vars(LAB, "gpu_nodes").items()
                   if k in ("node_image", "node_bmc_defaults")}
     lab_head, lab_nodes = hosts(LAB)
@@ -64,7 +67,16 @@ def inventory(tmp_path):
     return d
 
 
-def node_fixtures(tmp_path):
+def node_fixtures(tmp_path, names="deprecated"):
+    """The node's state as fixtures, the settings under their current names or their
+    deprecated ones (health_<name> for health_report_<name>)."""
+    settings = _node_fixtures(tmp_path)
+    if names == "current":
+        settings = {k.replace("health_", "health_report_", 1): v for k, v in settings.items()}
+    return settings
+
+
+def _node_fixtures(tmp_path):
     fan = tmp_path / "fan.prom"
     fan.write_text(fan_metrics.render([
         ("sensor_reading", {"sensor": "GPU0_TEMP", "role": "gpu_temp"}, 97.0),
@@ -83,8 +95,7 @@ def node_fixtures(tmp_path):
             "health_edac_root": str(edac), "health_mount_timeout_s": 3}
 
 
-def test_report_with_an_unreachable_node(tmp_path):
-    reports = tmp_path / "reports"
+def run(tmp_path, extravars):
     pdd = tmp_path / "runner"
     pdd.mkdir()
     r = ansible_runner.run(
@@ -94,12 +105,22 @@ def test_report_with_an_unreachable_node(tmp_path):
         envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                  "ANSIBLE_TIMEOUT": "5"},
         # the head is never contacted: no image state to read from it
-        extravars={**node_fixtures(tmp_path), "health_report_dir": str(reports),
-                   "cluster_image_state": {}},
+        extravars={"cluster_image_state": {}, **extravars},
         quiet=True,
     )
     out = r.stdout.read()
     shutil.rmtree(pdd / "artifacts", ignore_errors=True)
+    return r.rc, out
+
+
+@pytest.mark.parametrize(("names", "fail_on_flags"), [
+    ("current", False), ("current", True), ("deprecated", True)])
+def test_report_with_an_unreachable_node(tmp_path, names, fail_on_flags):
+    reports = tmp_path / "reports"
+    fail = {"current": "health_report_fail_on_flags",
+            "deprecated": "health_fail_on_flags"}[names]
+    rc, out = run(tmp_path, {**node_fixtures(tmp_path, names),
+                             "health_report_dir": str(reports), fail: fail_on_flags})
     written = sorted(reports.glob("*/health.json"))
     assert len(written) == 1, out[-5000:]
     report = json.loads(written[0].read_text())
@@ -117,6 +138,8 @@ def test_report_with_an_unreachable_node(tmp_path):
             mem["DIMM_P0_B0"]["ce_total"]) == (12, 16, 16)
     assert mem["DIMM_P0_B0"]["flagged"] is True
     assert mem["cpu0-umc6"]["ce_24h"] == 1
+    # the profile's label without any event or EDAC counter: from cluster_model
+    assert mem["DIMM_P0_C0"]["ce_total"] == 0 and mem["DIMM_P0_C0"]["ue_total"] == 0
     assert n1["gpu_temp_c"] == {"GPU0_TEMP": 97.0}
     messages = [f["message"] for f in n1["flags"]]
     assert "GPU0_TEMP at 97 C (limit 95 C)" in messages
@@ -130,3 +153,27 @@ def test_report_with_an_unreachable_node(tmp_path):
     assert "| node02 | **unreachable** |" in md
     assert "| node01 | DIMM_P0_B0 | 12 | 16 | 16 |" in md
     assert "node02: fail: unreachable" in out
+    # a node failed and one is unreachable: the run fails only when asked to
+    flat = " ".join(out.split())
+    if fail_on_flags:
+        assert rc != 0, out[-3000:]
+        assert "'fail': 1" in flat and "'unreachable': 1" in flat and "health.md" in flat
+    else:
+        assert rc == 0, out[-3000:]
+    deprecated = "health_edac_root is deprecated: use health_report_edac_root"
+    assert (deprecated in flat) == (names == "deprecated"), out[-3000:]
+
+
+@pytest.mark.parametrize(("extravars", "message"), [
+    ({"health_report_nodes": "head"},
+     "head: is not a node of the cluster (gpu_nodes: node01, node02)"),
+    ({"health_nodes": "node01", "health_gpu_temp_limit_c": 0},
+     "node01: health_report_gpu_temp_limit_c 0 must be a number above 0"),
+])
+def test_a_host_or_limit_the_report_cannot_use_is_refused(tmp_path, extravars, message):
+    reports = tmp_path / "reports"
+    rc, out = run(tmp_path, {**node_fixtures(tmp_path), "health_report_dir": str(reports),
+                             **extravars})
+    assert rc != 0
+    assert message in " ".join(out.split()), out[-3000:]
+    assert not reports.exists()

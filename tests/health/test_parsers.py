@@ -344,7 +344,7 @@ def test_dimm_label_entries():
     ("DIMM_A", "must be a list"),
     (["A", "A"], r"dimm_labels\[1\] label A is repeated"),
     (["A B"], "without spaces"),
-    ([{"label": "A", "location": "x.y"}], "location 'x.y' is not mc.top"),
+    ([{"label": "A", "location": "x.y"}], r"dimm_labels\[0\] location x.y is not mc.top"),
     ([{"label": "A"}], r"dimm_labels\[0\].location None"),
     ([3], r"dimm_labels\[0\] 3 must be a label"),
 ])

@@ -127,8 +127,9 @@ def test_dry_run_writes_the_inventories_and_the_retire_script_and_runs_nothing(
     script = (tmp_path / "retire_bench_nodes.sh").read_text().splitlines()
     retire = [ln for ln in script if ln.startswith("lab/lab run")]
     assert len(retire) == 598
-    assert retire[-1] == ("lab/lab run playbooks/retire_node_datasets.yml -e retire_node=bench600 "
-                          "-e retire_action=destroy -e retire_confirm=bench600")
+    assert retire[-1] == ("lab/lab run playbooks/retire_node_datasets.yml "
+                          "-e retire_node_name=bench600 -e retire_node_action=destroy "
+                          "-e retire_node_confirm=bench600")
 
 
 def test_recap_sums_changed_failed_unreachable():

@@ -191,3 +191,22 @@ def test_discover_playbook_writes_the_proposal_for_the_node(sm8gpu, tmp_path):
     profile = written["cluster_hardware_profiles"]["h12dsg-o-cpu"]
     assert profile["bmc"]["gpu_current_sensors"][0] == "GPU1 12V Curr"
     assert "junkyard-fan --probe" in " ".join(out.split())
+
+
+def test_discover_refuses_an_option_of_the_wrong_type_before_the_bmc_is_read(tmp_path):
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    r = ansible_runner.run(
+        private_data_dir=str(pdd), playbook=str(REPO / "playbooks" / "discover.yml"),
+        inventory=str(LAB / "hosts.yml"), limit="node01",
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "JUNKYARD_LAB_BMC_PASSWORD": "not-used"},
+        extravars={"cluster_image_state": {}, "discover_dir": str(tmp_path / "out"),
+                   "discover_psu_rating_w": "lots"},
+        quiet=True)
+    out = " ".join(r.stdout.read().split())
+    assert r.rc != 0
+    assert ("argument 'discover_psu_rating_w' is of type str and we were unable to convert "
+            "to int") in out, out[-3000:]
+    assert "Read the BMC's sensors" not in out
+    assert not (tmp_path / "out").exists()

@@ -74,6 +74,29 @@ def test_boot_server_and_module_blacklist_reach_the_boot_entry():
                    for w in model["nodes"][0]["boot"]["cmdline"].split())
 
 
+def test_each_node_carries_the_dimm_labels_of_its_profile():
+    """What the health report expects on a node (ecc_facts' expected_labels) is the
+    model's: the node's profile's labels, normalised, [] where the profile has none."""
+    data = lab_data()
+    data["cluster"]["hardware_profiles"]["g292-z20"]["memory"]["dimm_labels"] = [
+        "DIMM_P0_A0", {"label": "DIMM_P0_B0 ", "location": ["1.0.0", "1.1.0"]}]
+    model, errors = build_model(data)
+    assert errors == []
+    labels = {n["name"]: (n["profile"], n["dimm_labels"]) for n in model["nodes"]}
+    assert labels == {"node01": ("g292-z20", ["DIMM_P0_A0", "DIMM_P0_B0"]),
+                      "node02": ("g292-z45", [])}
+
+
+def test_a_repeated_dimm_label_refuses_the_inventory():
+    data = lab_data()
+    data["cluster"]["hardware_profiles"]["g292-z45"]["memory"]["dimm_labels"] = [
+        "DIMM_P0_A0", "DIMM_P0_A0"]
+    model, errors = build_model(data)
+    assert model is None
+    assert errors == ["cluster: cluster_hardware_profiles.g292-z45.memory.dimm_labels[1] label "
+                      "DIMM_P0_A0 is repeated"]
+
+
 def test_initramfs_modules_are_every_booting_profiles_or_none():
     data = lab_data()
     profiles = data["cluster"]["hardware_profiles"]

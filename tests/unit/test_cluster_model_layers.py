@@ -243,6 +243,43 @@ def test_profiles_refuse_a_gpu_cooled_twice_and_append_the_blacklist():
     assert out["p"]["initramfs_modules"] is None
 
 
+def test_profiles_publish_their_dimm_labels_normalised():
+    err = Errors()
+    labels = [" DIMM_P0_A0 ", {"label": "DIMM_P1_A0", "location": "8.0.0"}]
+    out = hardware.check_profiles({"hardware_profiles": {
+        "p": {"memory": {"dimm_labels": labels}},
+        "none": {"memory": {"size_mib": 1024}},
+        "empty": {"memory": {"dimm_labels": []}}}}, err)
+    assert err.items == []
+    assert out["p"]["dimm_labels"] == ["DIMM_P0_A0", "DIMM_P1_A0"]
+    assert out["none"]["dimm_labels"] == [] and out["empty"]["dimm_labels"] == []
+
+
+@pytest.mark.parametrize(("labels", "problem"), [
+    (["A0", "A0"], "cluster_hardware_profiles.p.memory.dimm_labels[1] label A0 is repeated"),
+    (["A 0"], "cluster_hardware_profiles.p.memory.dimm_labels[0] label A 0 must be "
+     "non-empty, without spaces, ':', ';' or ','"),
+    ([""], "cluster_hardware_profiles.p.memory.dimm_labels[0] label '' must be non-empty"),
+    ([{"label": "A0", "location": "0.x"}], "cluster_hardware_profiles.p.memory.dimm_labels[0] "
+     "location 0.x is not mc.top[.mid[.low]]"),
+    ([{"label": "A0"}], "cluster_hardware_profiles.p.memory.dimm_labels[0].location None must "
+     "be mc.top.mid or a list of them"),
+    ([7], "cluster_hardware_profiles.p.memory.dimm_labels[0] 7 must be a label or "
+     "{label: ..., location: mc.top.mid}"),
+])
+def test_profiles_refuse_a_bad_dimm_label_and_publish_the_good_ones(labels, problem):
+    err = Errors()
+    out = hardware.check_profiles({"hardware_profiles": {"p": {"memory": {
+        "dimm_labels": ["GOOD", *labels]}}}}, err)
+    # the good label's index is 0: the others are one further
+    shifted = problem.replace("dimm_labels[1]", "dimm_labels[2]").replace(
+        "dimm_labels[0]", "dimm_labels[1]")
+    assert [e for e in err.items if e.startswith(f"cluster: {shifted}")], err.items
+    assert len(err.items) == 1, err.items
+    assert out["p"]["dimm_labels"][0] == "GOOD"
+    assert out["p"]["dimm_labels"] == (["GOOD", "A0"] if labels == ["A0", "A0"] else ["GOOD"])
+
+
 # --- nodes and BMC ----------------------------------------------------------------------
 
 

@@ -4,6 +4,9 @@ node_bmc_defaults with node_bmc are made in plugins/module_utils/cluster_model/ 
 Playbooks, roles and the other plugins take them from cluster_model or from the thin
 filters over it (image_version, node_storage, bmc_login).
 
+Playbooks go further: they read no raw cluster_* variable (cluster_model only) and their
+templates derive nothing (the day-2 playbooks that became roles template their hosts only).
+
 Each pattern is checked against the forms it must catch (taken from the code it replaced),
 so that a pattern that matches nothing cannot pass for a clean tree."""
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 
@@ -86,3 +90,99 @@ def test_no_derived_name_is_built_outside_the_model():
                 line = code.count("\n", 0, m.start()) + 1
                 hits.append(f"{rel}:{line}: {what}: {m.group(0)!r}")
     assert hits == [], "built outside plugins/module_utils/cluster_model/:\n" + "\n".join(hits)
+
+
+# --- playbooks read the model and call roles ---------------------------------------------
+#
+# A playbook is a story of role calls (issue 18): it reads no raw cluster_* variable (the
+# roles and the model do; cluster_model is what it may read), and its templates derive
+# nothing: a default for a command-line name or the play's hosts is all they do.  Checked
+# in what Ansible templates: every "{{ }}" / "{% %}" and every conditional (when, that,
+# failed_when, changed_when, until).
+
+PLAYBOOKS = sorted([*(REPO / "playbooks").glob("*.yml"), REPO / "site.yml"])
+CONDITIONALS = ("when", "that", "failed_when", "changed_when", "until")
+JINJA = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+RAW_CLUSTER = re.compile(r"(?<![\w.'\"])cluster_(?!model\b)\w+")
+# a filter other than default, a ~ concatenation, or a call that computes a value
+DERIVATION = re.compile(r"\|\s*(?!(?:default|d)\b)[A-Za-z_][\w.]*|~|"
+                        r"(?<![\w.])(?:now|lookup|query|q|range)\s*\(")
+# Playbooks that still derive in their templates, and why (each must still do so: the
+# list only shrinks).
+DERIVING = {
+    "playbooks/burn_in.yml": "the node refusal lists gpu_nodes in its message (join)",
+    "playbooks/draid_plan.yml": "the command-line sizes are cast (int) for the module",
+    "playbooks/model.yml": "the inventory's groups are counted (length) before there is a model",
+    "playbooks/nodes.yml": "the boot play finds its node in the model and its BMC login",
+}
+# The day-2 playbooks that are roles now: their one template is the play's hosts.
+THIN = ("playbooks/discover.yml", "playbooks/health_report.yml",
+        "playbooks/retire_node_datasets.yml")
+
+
+def _expressions(node, key=None, path=""):
+    """(path, expression) of every template and conditional in a loaded playbook."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _expressions(v, k, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _expressions(v, key, f"{path}[{i}]")
+    elif isinstance(node, str):
+        if key in CONDITIONALS:
+            yield path, node
+        else:
+            for m in JINJA.finditer(node):
+                yield path, m.group(1) if m.group(1) is not None else m.group(2)
+
+
+def _playbook_expressions(path):
+    return list(_expressions(yaml.safe_load(path.read_text(encoding="utf-8"))))
+
+
+def test_the_playbook_patterns_catch_the_forms_they_replaced():
+    raw = "{{ (cluster_hardware_profiles[node_profile].memory | default({})).dimm_labels }}"
+    assert [e for _p, e in _expressions({"expected_labels": raw})] == [raw[2:-2]]
+    assert RAW_CLUSTER.search(raw) and RAW_CLUSTER.search("cluster_slurm is defined")
+    assert list(_expressions({"when": "cluster_users | length > 0"}))
+    for fine in ("cluster_model.slurm.controller.name", "hostvars[h].cluster_model",
+                 "junkyard.cluster.cluster_users", "'cluster_users'"):
+        assert not RAW_CLUSTER.search(fine), fine
+    # not templated: a role name, a role parameter's name
+    assert list(_expressions({"name": "junkyard.cluster.cluster_users",
+                              "cluster_users_homes": False})) == []
+    for derived in ("discover_dir | default(inventory_dir ~ '/discovered')",
+                    "now(utc=true, fmt='%Y%m%dT%H%M%SZ')",
+                    "cluster_model | junkyard.cluster.node_storage(retire_node)",
+                    "cluster_model.nodes | selectattr('name', 'equalto', inventory_hostname)"):
+        assert DERIVATION.search(derived), derived
+    for plain in ("health_report_nodes | default(health_nodes | default('gpu_nodes'))",
+                  "version | d(upgrade_version)", "burn_in_node"):
+        assert not DERIVATION.search(plain), plain
+
+
+def test_no_playbook_reads_a_raw_cluster_variable():
+    hits = [f"{p.relative_to(REPO)}: {where}: {m.group(0)}"
+            for p in PLAYBOOKS for where, expr in _playbook_expressions(p)
+            for m in RAW_CLUSTER.finditer(expr)]
+    assert hits == [], "read cluster_model (or a role) instead:\n" + "\n".join(hits)
+
+
+def test_playbook_templates_derive_nothing():
+    deriving = {}
+    for p in PLAYBOOKS:
+        rel = p.relative_to(REPO).as_posix()
+        hits = [f"{where}: {expr.strip()}" for where, expr in _playbook_expressions(p)
+                if DERIVATION.search(expr)]
+        if hits:
+            deriving[rel] = hits
+    unexpected = {k: v for k, v in deriving.items() if k not in DERIVING}
+    assert unexpected == {}, "derived in a playbook (a role's job):\n" + "\n".join(
+        f"{k}: {h}" for k, v in unexpected.items() for h in v)
+    assert sorted(set(DERIVING) - set(deriving)) == [], "no longer deriving: drop from DERIVING"
+
+
+@pytest.mark.parametrize("rel", THIN)
+def test_a_day2_playbook_templates_its_hosts_only(rel):
+    found = _playbook_expressions(REPO / rel)
+    assert [w for w, _e in found if not re.fullmatch(r"\[\d+\]\.hosts", w)] == [], found

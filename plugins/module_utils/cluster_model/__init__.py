@@ -128,6 +128,7 @@ def _node(n, checked, layout, names, domain):
         "fqdn": f"{n['name']}.{domain}",
         "gpu_count": prof["gpu_count"],
         "gfx_target": prof["gfx_target"],
+        "dimm_labels": prof["dimm_labels"],
         "image_dataset": version["dataset"],
         "root_path": version["path"],
         "datasets": ds_names,

@@ -1,7 +1,8 @@
 # Copyright: junkyard.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Hardware profiles: GPUs, the BMC's sensors, fan zones, power supplies and what
-the profile adds to the kernel command line and the initramfs."""
+"""Hardware profiles: GPUs, the BMC's sensors, fan zones, power supplies, the DIMM
+labels of the memory, and what the profile adds to the kernel command line and the
+initramfs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ from .common import as_dict, as_list, is_int
 MODULE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 GFX_TARGET_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
 PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A DIMM label as rasdaemon's label files and the health report carry it, and the
+# EDAC location of a DIMM (memory controller, then the layers below it).
+DIMM_LABEL_BAD_RE = re.compile(r"[:;,\s]")
+DIMM_LOCATION_RE = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
+# The locations of a label given without one, by its position: one EDAC memory
+# controller per channel and the DIMM's two chip selects (EPYC, one DIMM per channel).
+DIMM_DEFAULT_LOCATIONS = "{index}.0.0,{index}.1.0"
 
 
 def _module_list(prof, key, base, err):
@@ -113,6 +121,69 @@ def _check_boot(base, prof, err):
     return cmdline, blacklist, nic_modules
 
 
+def _dimm_locations(entry, i, default_locations, where, problems):
+    """The EDAC locations of DIMM label entry ``i`` (a label or ``{label, location}``),
+    or None (the problem added to ``problems``)."""
+    if isinstance(entry, str):
+        return default_locations.format(index=i).split(",")
+    locs = entry.get("location", entry.get("locations"))
+    locs = [locs] if isinstance(locs, str) else locs
+    if not isinstance(locs, list) or not locs:
+        problems.append((f"{where}[{i}].location", locs,
+                         "must be mc.top.mid or a list of them"))
+        return None
+    clean = [str(loc).strip() for loc in locs]
+    bad = [loc for loc in clean if not DIMM_LOCATION_RE.fullmatch(loc)]
+    for loc in bad:
+        problems.append((f"{where}[{i}] location", loc, "is not mc.top[.mid[.low]]"))
+    return None if bad else clean
+
+
+def dimm_label_entries(labels, where, default_locations=DIMM_DEFAULT_LOCATIONS):
+    """A profile's ``memory.dimm_labels`` normalised: ``(entries, problems)``, the
+    entries ``[{label, locations}]`` in their order (bad ones left out) and the
+    problems ``[(field, value, problem)]`` in the model's form.
+
+    An entry is a label (its locations from ``default_locations``, ``{index}`` its
+    position) or a mapping ``{label, location}``, ``location`` a ``mc.top.mid[.low]``
+    string or a list of them.  The one reader of DIMM labels: the model publishes
+    each node's (``nodes[].dimm_labels``), the ECC monitor's label files
+    (``health_labels``) take the entries with their locations."""
+    if labels is None:
+        return [], []
+    if not isinstance(labels, list):
+        return [], [(where, labels, "must be a list of DIMM labels")]
+    entries, problems, seen = [], [], set()
+    for i, entry in enumerate(labels):
+        if not isinstance(entry, str) and not (isinstance(entry, dict)
+                                               and isinstance(entry.get("label"), str)):
+            problems.append((f"{where}[{i}]", entry,
+                             "must be a label or {label: ..., location: mc.top.mid}"))
+            continue
+        label = (entry if isinstance(entry, str) else entry["label"]).strip()
+        locs = _dimm_locations(entry, i, default_locations, where, problems)
+        if not label or DIMM_LABEL_BAD_RE.search(label):
+            problems.append((f"{where}[{i}] label", label,
+                             "must be non-empty, without spaces, ':', ';' or ','"))
+        elif label in seen:
+            problems.append((f"{where}[{i}] label", label, "is repeated"))
+        elif locs is not None:
+            entries.append({"label": label, "locations": locs})
+        seen.add(label)
+    return entries, problems
+
+
+def _check_dimm_labels(base, prof, err):
+    """The labels of the profile's DIMMs (none when it lists none)."""
+    labels = as_dict(prof.get("memory")).get("dimm_labels")
+    # another shape than a list is the schema's refusal
+    entries, problems = dimm_label_entries(labels if isinstance(labels, list) else None,
+                                           f"{base}.memory.dimm_labels")
+    for field, value, problem in problems:
+        err.add("cluster", field, value, problem)
+    return [e["label"] for e in entries]
+
+
 def check_profiles(cluster, err):
     raw = cluster.get("hardware_profiles")
     if not isinstance(raw, dict) or not raw:
@@ -135,5 +206,6 @@ def check_profiles(cluster, err):
         cmdline, blacklist, nic_modules = _check_boot(base, prof, err)
         out[pname] = {"name": pname, "gpu_count": count,
                       "gfx_target": gfx_target, "kernel_cmdline": cmdline,
-                      "kernel_module_blacklist": blacklist, "initramfs_modules": nic_modules}
+                      "kernel_module_blacklist": blacklist, "initramfs_modules": nic_modules,
+                      "dimm_labels": _check_dimm_labels(base, prof, err)}
     return out
