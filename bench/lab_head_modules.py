@@ -43,7 +43,7 @@ def task_seconds() -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
     if head(f"test -e {PTH} || test -e {ASIDE}").returncode != 0:

@@ -25,7 +25,8 @@ import sys
 import zipimport
 
 CACHE = "/var/cache/jylab-zipcache"
-# the archives AnsiballZ writes: <tmp>/ansible_<module>_payload_<random>/ansible_<module>_payload.zip
+# the archives AnsiballZ writes:
+# <tmp>/ansible_<module>_payload_<random>/ansible_<module>_payload.zip
 MARKER = "_payload.zip"
 # zipimport's own search order: (suffix, is bytecode, is package)
 _ORDER = (("/__init__.pyc", True, True), ("/__init__.py", False, True),
@@ -63,11 +64,12 @@ class CachingZipImporter(zipimport.zipimporter):
         entry = self._entry(fullname)
         if entry is None:
             return super().get_code(fullname)
-        inner, modpath, _package = entry
+        inner, modpath = entry[0], entry[1]
         source = self.get_data(inner)
-        import hashlib  # noqa: PLC0415 - only once a payload is imported, not at every start
-        import marshal  # noqa: PLC0415
-        import os  # noqa: PLC0415
+        # imported only once a payload is imported, not at every start of Python
+        import hashlib
+        import marshal
+        import os
         key = hashlib.sha256(inner.encode() + b"\0" + source).hexdigest()
         path = os.path.join(CACHE, f"{key}.{sys.implementation.cache_tag}")
         try:
@@ -86,7 +88,7 @@ class CachingZipImporter(zipimport.zipimporter):
         return _refile(code, modpath)
 
     def exec_module(self, module):
-        exec(self.get_code(module.__name__), module.__dict__)  # noqa: S102 - what an importer does
+        exec(self.get_code(module.__name__), module.__dict__)  # what an importer does
 
     def create_module(self, spec):
         return None  # the default module

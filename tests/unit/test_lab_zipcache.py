@@ -65,8 +65,8 @@ def test_the_second_task_loads_the_compiled_code_with_its_own_file_names(tmp_pat
     assert first["loader"] == "CachingZipImporter", first
     assert first["value"] == 1
     # each module compiled once (Python 3.11's zipimporter compiles twice per module)
-    assert sorted(Path(c).name for c in first["compiled"]) == ["__init__.py", "__init__.py",
-                                                              "mod.py"], first
+    compiled = sorted(Path(c).name for c in first["compiled"])
+    assert compiled == ["__init__.py", "__init__.py", "mod.py"], first
     assert len(list(cache.iterdir())) == 3
 
     second_archive = payload(tmp_path, "run2", 1)
