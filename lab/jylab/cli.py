@@ -184,6 +184,11 @@ def preflight(lab: Lab) -> None:
     if running(lab):
         raise LabError(f"the lab is already running (state {state_file(lab)}): "
                        "`lab status` shows it, `lab down` stops it")
+    if host.netns_stale(lab.netns):
+        # left by a host that stopped with a lab running (/run survives here): it names
+        # no namespace, and `ip netns add` would refuse the name
+        Path("/run/netns", lab.netns).unlink()
+        print(f"   removed /run/netns/{lab.netns}: a leftover file that pins no namespace")
     if host.netns_exists(lab.netns):
         raise LabError(f"network namespace {lab.netns} already exists but this lab's state does "
                        "not know it: `lab down` removes a lab's leftover namespace, `ip netns "

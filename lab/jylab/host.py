@@ -203,6 +203,15 @@ def netns_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
 
 
+def netns_stale(name: str, root: str = "/run/netns") -> bool:
+    """A name under /run/netns that pins no namespace: `ip netns add` bind-mounts the
+    namespace onto that file, so a file that is not a mount point is what is left of a
+    namespace when /run is not a tmpfs (as on this machine) and the host went down with
+    a lab running: no process or interface can be in it."""
+    path = Path(root, name)
+    return path.is_file() and not os.path.ismount(path)
+
+
 def ns(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run(["ip", "-n", name, *args], check=check)
 
