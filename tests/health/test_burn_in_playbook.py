@@ -111,7 +111,10 @@ def test_new_corrected_error_fails_the_node(tmp_path):
     t = threading.Thread(target=bump)
     t.start()
     try:
-        r, out, verdict, md = run(tmp_path, burn_in_gpu_temp_limit_c=99)
+        # 12 s of load, a sample every 3 s: the load still runs when the sample after the
+        # error comes, on a busy machine too
+        r, out, verdict, md = run(tmp_path, burn_in_gpu_temp_limit_c=99,
+                                  burn_in_duration_s=12, burn_in_interval_s=3)
     finally:
         t.join()
     assert r.rc != 0
@@ -125,8 +128,11 @@ def test_new_corrected_error_fails_the_node(tmp_path):
 def test_hot_gpu_fails_the_node(tmp_path):
     # The fan metrics fixture reports GPU0_TEMP at 97 C; the paths and the limit
     # (96: not the default) under their deprecated names.
+    # The load must still run when the first sample after its start comes: that sample
+    # starts a module (seconds on a busy machine; a 2 s load had ended before it in CI).
+    # The stop ends the stress at once, so only the second sample's pause is waited out.
     r, out, verdict, _unused = run(tmp_path, names="deprecated", health_gpu_temp_limit_c=96,
-                                   burn_in_duration_s=2)
+                                   burn_in_duration_s=12, burn_in_interval_s=6)
     assert r.rc != 0
     assert "GPU0_TEMP reached 97 C (limit 96 C)" in verdict["problems"]
     # The first sample of the run saw it and stopped the memory stress.

@@ -103,30 +103,9 @@ def test_nodes_yml_powers_on_an_example_shaped_inventory(tmp_path):
             opts = SimOptions(fanmod=False, kill_wait=1, poweroff_wait=0,
                               startcmd=f"sh -c 'echo on >> {markers[name]}; exec sleep 600'")
             sims[name] = BmcSim(tmp_path / f"bmc{n}", opts).start()
-        inv = tmp_path / "inventory"
-        (inv / "group_vars" / "all").mkdir(parents=True)
-        # the example's gpu_nodes group_vars, unchanged
-        shutil.copy(EXAMPLE / "group_vars" / "gpu_nodes.yml", inv / "group_vars")
-        cluster = group_vars(EXAMPLE, "all")
-        cluster["cluster_networks"]["bmc"]["subnet"] = "127.0.0.0/8"
-        (inv / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump(cluster))
-        hosts = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
-        gpu = hosts["all"]["children"]["gpu_nodes"]["hosts"]
-        for name in list(gpu):
-            if name not in names:
-                del gpu[name]
-            else:  # only the BMC's address moves to the simulator
-                gpu[name]["node_bmc"] = {"address": "127.0.0.1", "port": sims[name].port}
-        (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
-        argv = ["ansible-playbook", "-i", str(inv / "hosts.yml"),
-                str(REPO / "playbooks" / "nodes.yml"),
-                "-e", "ansible_connection=local", "-e",
-                f"ansible_python_interpreter={sys.executable}",
-                "-e", '{"cluster_image_state": {}}', "-e", "nodes_boot_timeout=5"]
-        env = dict(os.environ, JUNKYARD_BMC_PASSWORD=SimOptions().password,
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-        proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)
+        inv = example_shaped_inventory(tmp_path, {name: sims[name].port for name in names})
+        argv = nodes_yml_argv(inv, "-e", "nodes_boot_timeout=5")
+        proc = run_nodes_yml(argv, SimOptions().password)
         out = proc.stdout + proc.stderr
         for name in names:
             assert markers[name].exists(), f"{name} was not powered on:\n{out}"
@@ -134,7 +113,58 @@ def test_nodes_yml_powers_on_an_example_shaped_inventory(tmp_path):
         # every node passed the power step; they stop at the boot check (this machine's
         # /proc/cmdline is not a node's)
         assert "Check that the node booted its own entry" in out
+        for name in names:  # the check names what this machine's command line lacks
+            assert f"missing: junkyard.node={name}, junkyard.image=" in out, out
+        # the playbook era's name still sets the timeout, and is named as deprecated
+        assert "nodes_boot_timeout is deprecated, use node_boot_timeout" in out
         assert SimOptions().password not in out
     finally:
         for sim in sims.values():
             sim.stop()
+
+
+def example_shaped_inventory(tmp_path, bmc_ports: dict[str, int]):
+    """The example's inventory with only the nodes in bmc_ports, each node's BMC moved to
+    127.0.0.1:<port> and the BMC network to 127.0.0.0/8; the example's gpu_nodes group_vars
+    unchanged (the password in node_bmc_defaults only)."""
+    inv = tmp_path / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    shutil.copy(EXAMPLE / "group_vars" / "gpu_nodes.yml", inv / "group_vars")
+    cluster = group_vars(EXAMPLE, "all")
+    cluster["cluster_networks"]["bmc"]["subnet"] = "127.0.0.0/8"
+    (inv / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump(cluster))
+    hosts_ = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
+    gpu = hosts_["all"]["children"]["gpu_nodes"]["hosts"]
+    for name in list(gpu):
+        if name not in bmc_ports:
+            del gpu[name]
+        else:  # only the BMC's address moves to the simulator
+            gpu[name]["node_bmc"] = {"address": "127.0.0.1", "port": bmc_ports[name]}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts_))
+    return inv
+
+
+def nodes_yml_argv(inv, *extra: str) -> list[str]:
+    """ansible-playbook nodes.yml on this machine (connection local) as every node."""
+    return ["ansible-playbook", "-i", str(inv / "hosts.yml"), str(REPO / "playbooks" / "nodes.yml"),
+            "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}",
+            "-e", '{"cluster_image_state": {}}', *extra]
+
+
+def run_nodes_yml(argv, password: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JUNKYARD_BMC_PASSWORD=password, ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+@pytest.mark.parametrize(("value", "shown"), [("0", "0"), ("-5", "-5")])
+def test_a_boot_timeout_not_above_zero_is_refused_before_any_bmc(tmp_path, value, shown):
+    """No BMC listens on the ports given: a refusal that came after the power-on would
+    fail there instead, with ipmi_power's error."""
+    inv = example_shaped_inventory(tmp_path, {"gpu01": 9, "gpu02": 13})
+    proc = run_nodes_yml(nodes_yml_argv(inv, "-e", f"node_boot_timeout={value}"), "x")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"gpu01: node_boot_timeout {shown} must be a whole number of seconds above 0" in out
+    assert "Power the node on through its BMC" not in out

@@ -87,6 +87,19 @@ def test_each_node_carries_the_dimm_labels_of_its_profile():
                       "node02": ("g292-z45", [])}
 
 
+def test_the_validated_hardware_profiles_are_published_for_the_roles_that_read_them():
+    """The fan daemon and the ECC monitor take their profiles from the model (fan zones,
+    sensors, memory boards): what the inventory gave, once it was accepted."""
+    data = lab_data()
+    model, errors = build_model(data)
+    assert errors == []
+    assert model["hardware_profiles"] == data["cluster"]["hardware_profiles"]
+    assert model["hardware_profiles"]["g292-z20"]["fan_zones"], "the lab's G292 has fan zones"
+    data["cluster"]["hardware_profiles"]["g292-z20"]["gpu"]["count"] = -1
+    model, errors = build_model(data)
+    assert model is None and errors
+
+
 def test_a_repeated_dimm_label_refuses_the_inventory():
     data = lab_data()
     data["cluster"]["hardware_profiles"]["g292-z45"]["memory"]["dimm_labels"] = [

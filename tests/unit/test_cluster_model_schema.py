@@ -205,6 +205,21 @@ def test_a_role_variable_the_inventory_sets_has_its_declared_type(value, expecte
         assert [e for e in errors if e.startswith(expected)], errors
 
 
+@pytest.mark.parametrize(("value", "expected"), [
+    (600, None), ("600", None), ("-5", None), (" +7 ", None),
+    ("5m", "node01: node_boot_timeout 5m must be an integer, not a string"),
+    (1.5, "node01: node_boot_timeout 1.5 must be an integer, not a number"),
+])
+def test_a_role_integer_takes_what_ansible_converts(value, expected):
+    """-e name=value gives a string: Ansible converts digits, with a sign, for type int (the
+    role refuses a value out of its range itself)."""
+    errors = _errors(lambda d: d.update(role_values={"node01": {"node_boot_timeout": value}}))
+    if expected is None:
+        assert errors == []
+    else:
+        assert [e for e in errors if e.startswith(expected)], errors
+
+
 @pytest.mark.parametrize("value", [True, "no", "Yes", 1, 0])
 def test_a_role_boolean_takes_what_ansible_takes(value):
     assert _errors(lambda d: d.update(role_values={"node01": {"node_image_snapshot": value}})) \

@@ -113,7 +113,6 @@ DERIVING = {
     "playbooks/burn_in.yml": "the node refusal lists gpu_nodes in its message (join)",
     "playbooks/draid_plan.yml": "the command-line sizes are cast (int) for the module",
     "playbooks/model.yml": "the inventory's groups are counted (length) before there is a model",
-    "playbooks/nodes.yml": "the boot play finds its node in the model and its BMC login",
 }
 # The day-2 playbooks that are roles now: their one template is the play's hosts.
 THIN = ("playbooks/discover.yml", "playbooks/health_report.yml",
@@ -186,3 +185,37 @@ def test_playbook_templates_derive_nothing():
 def test_a_day2_playbook_templates_its_hosts_only(rel):
     found = _playbook_expressions(REPO / rel)
     assert [w for w, _e in found if not re.fullmatch(r"\[\d+\]\.hosts", w)] == [], found
+
+
+# --- roles take their defaults from the model ----------------------------------------------
+#
+# A role's defaults and vars read cluster_model, never a raw cluster_* variable (issue 18):
+# what the inventory says reaches a role validated.  The scalars below are the leftovers,
+# read as the inventory writes them (a proxy URL, a time zone): the list may only shrink.
+# (the cluster_model role reads the inventory: that is its job, and its own variables are
+# named cluster_model_*)
+ROLE_DEFAULTS = sorted(p for p in [*REPO.glob("roles/*/defaults/main.yml"),
+                                   *REPO.glob("roles/*/vars/main.yml")]
+                       if p.parts[-3] != "cluster_model")
+RAW_DEFAULTS = {
+    "roles/common/defaults/main.yml": {"cluster_apt_proxy", "cluster_timezone"},
+    "roles/node_image/defaults/main.yml": {"cluster_apt_proxy"},
+}
+
+
+def test_role_defaults_read_the_model_not_the_raw_inventory():
+    found = {}
+    for path in ROLE_DEFAULTS:
+        rel = path.relative_to(REPO).as_posix()
+        names = {m.group(0) for _w, expr in _playbook_expressions(path)
+                 for m in RAW_CLUSTER.finditer(expr)}
+        if names:
+            found[rel] = names
+    assert found == RAW_DEFAULTS
+
+
+def test_the_role_defaults_check_sees_a_raw_read():
+    raw = {"gpu_fan_daemon_profiles": "{{ cluster_hardware_profiles }}",
+           "x": "{{ cluster_model.hardware_profiles }}"}
+    assert [m.group(0) for _w, e in _expressions(raw) for m in RAW_CLUSTER.finditer(e)] \
+        == ["cluster_hardware_profiles"]

@@ -187,6 +187,9 @@ def _derive(checked):
         "writable_nfs_options": images.persistent_mount_options(checked["nfs_version"],
                                                                 writable),
         "initramfs_modules": netboot.initramfs_modules(checked["profiles"], checked["nodes"]),
+        # the validated profiles as the inventory gives them: the fan daemon and the
+        # ECC monitor read their own parts (fan zones, sensors, memory boards and labels)
+        "hardware_profiles": checked["cluster"]["hardware_profiles"],
         "writable_failure_policy": checked["policy"],
         "nodes": out_nodes,
         "node_names": [n["name"] for n in out_nodes],

@@ -291,7 +291,8 @@ def report_unrendered(unrendered, node_names, err):
 # What Ansible's argument specification types of the collection's roles ask of a
 # value the inventory sets (a role checks it again when it runs; here every problem
 # is found before anything changes, at once, in the model's form).  Ansible's own
-# conversions are kept: a boolean may be written yes/no, an integer as digits.
+# conversions are kept: a boolean may be written yes/no, an integer as digits (with a
+# sign: -e name=-5 is the string "-5", which Ansible converts).
 BOOLEAN_WORDS = frozenset(("yes", "no", "true", "false", "on", "off", "y", "n", "t", "f",
                            "1", "0"))
 
@@ -341,7 +342,8 @@ def check_role_values(values, role_variables, node_names, err):
                 problem = _role_value_problem(value, spec)
                 if problem:
                     host_err.add(host, name, value, problem)
-            elif not (spec is INT and isinstance(value, str) and value.strip().isdigit()):
+            elif not (spec is INT and isinstance(value, str)
+                      and value.strip().lstrip("+-").isdigit()):
                 check_shape(host, name, value, spec, host_err)
         per_host[host] = {entry[1:] for entry in host_err.entries}
     hosts, nodes = set(per_host), set(node_names) & set(per_host)
