@@ -109,11 +109,7 @@ DERIVATION = re.compile(r"\|\s*(?!(?:default|d)\b)[A-Za-z_][\w.]*|~|"
                         r"(?<![\w.])(?:now|lookup|query|q|range)\s*\(")
 # Playbooks that still derive in their templates, and why (each must still do so: the
 # list only shrinks).
-DERIVING = {
-    "playbooks/burn_in.yml": "the node refusal lists gpu_nodes in its message (join)",
-    "playbooks/draid_plan.yml": "the command-line sizes are cast (int) for the module",
-    "playbooks/model.yml": "the inventory's groups are counted (length) before there is a model",
-}
+DERIVING: dict[str, str] = {}
 # The day-2 playbooks that are roles now: their one template is the play's hosts.
 THIN = ("playbooks/discover.yml", "playbooks/health_report.yml",
         "playbooks/retire_node_datasets.yml")

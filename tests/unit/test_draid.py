@@ -350,3 +350,12 @@ def test_playbook_without_inputs_says_what_to_give():
     run = _playbook()
     assert run.returncode != 0
     assert "give -e disk_count=<n> -e disk_size=<bytes>" in run.stdout
+
+
+def test_playbook_takes_the_sizes_as_command_line_words():
+    """-e disk_count=24 gives strings; the module's int options convert them (the playbook
+    casts nothing)."""
+    run = _playbook("-e", "disk_count=24", "-e", "disk_size=1000000000000",
+                    "-e", '{"parity": [2], "spares": [0], "min_data": 6, "max_data": 6}')
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "draid2:6d:24c:0s   1      75.0%" in run.stdout
