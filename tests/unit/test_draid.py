@@ -358,4 +358,6 @@ def test_playbook_takes_the_sizes_as_command_line_words():
     run = _playbook("-e", "disk_count=24", "-e", "disk_size=1000000000000",
                     "-e", '{"parity": [2], "spares": [0], "min_data": 6, "max_data": 6}')
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "draid2:6d:24c:0s   1      75.0%" in run.stdout
+    rows = [line.split() for line in run.stdout.splitlines() if "draid2:6d:24c:0s" in line]
+    assert ["-", "draid2:6d:24c:0s", "1", "75.0%", "88.89%", "99.22%", "14.40"] in \
+        [r[:7] for r in rows], run.stdout
