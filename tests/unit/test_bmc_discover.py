@@ -78,6 +78,21 @@ def example_data(profile_name: str, profile: dict) -> dict:
     return data
 
 
+def run_discover(tmp_path, inventory, password, **extravars):
+    """playbooks/discover.yml for node01 of ``inventory`` through ansible-runner, the BMC
+    password from the environment as the lab inventory reads it; proposals to tmp/out."""
+    pdd = tmp_path / "runner"
+    pdd.mkdir()
+    return ansible_runner.run(
+        private_data_dir=str(pdd), playbook=str(REPO / "playbooks" / "discover.yml"),
+        inventory=str(inventory), limit="node01",
+        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "JUNKYARD_LAB_BMC_PASSWORD": password},
+        extravars={"cluster_image_state": {}, "discover_dir": str(tmp_path / "out"),
+                   **extravars},
+        quiet=True)
+
+
 def test_another_boards_bmc_gives_a_profile_the_model_and_the_daemon_accept(
         sm8gpu, tmp_path):
     found = discover(sm8gpu, tmp_path)
@@ -175,15 +190,7 @@ def test_discover_playbook_writes_the_proposal_for_the_node(sm8gpu, tmp_path):
     assert "password" in group_vars(inv, "gpu_nodes")["node_bmc_defaults"]
     node["node_bmc"]["port"] = sm8gpu.port
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
-    pdd = tmp_path / "runner"
-    pdd.mkdir()
-    r = ansible_runner.run(
-        private_data_dir=str(pdd), playbook=str(REPO / "playbooks" / "discover.yml"),
-        inventory=str(inv / "hosts.yml"), limit="node01",
-        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                 "JUNKYARD_LAB_BMC_PASSWORD": sm8gpu.options.password},
-        extravars={"cluster_image_state": {}, "discover_dir": str(tmp_path / "out")},
-        quiet=True)
+    r = run_discover(tmp_path, inv / "hosts.yml", sm8gpu.options.password)
     out = r.stdout.read()
     assert r.rc == 0, out[-4000:]
     assert sm8gpu.options.password not in out
@@ -194,16 +201,7 @@ def test_discover_playbook_writes_the_proposal_for_the_node(sm8gpu, tmp_path):
 
 
 def test_discover_refuses_an_option_of_the_wrong_type_before_the_bmc_is_read(tmp_path):
-    pdd = tmp_path / "runner"
-    pdd.mkdir()
-    r = ansible_runner.run(
-        private_data_dir=str(pdd), playbook=str(REPO / "playbooks" / "discover.yml"),
-        inventory=str(LAB / "hosts.yml"), limit="node01",
-        envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                 "JUNKYARD_LAB_BMC_PASSWORD": "not-used"},
-        extravars={"cluster_image_state": {}, "discover_dir": str(tmp_path / "out"),
-                   "discover_psu_rating_w": "lots"},
-        quiet=True)
+    r = run_discover(tmp_path, LAB / "hosts.yml", "not-used", discover_psu_rating_w="lots")
     out = " ".join(r.stdout.read().split())
     assert r.rc != 0
     assert ("argument 'discover_psu_rating_w' is of type str and we were unable to convert "
