@@ -166,4 +166,11 @@ def test_a_stopped_fan_daemon_drains_its_node_and_only_an_operator_resumes_it(la
         assert state2.startswith("drain") and reason2 == operator, (state2, reason2)
     finally:
         head(lab, "scontrol update nodename=node01,node02 state=resume")
-    assert [node_state(lab, n)[0] for n in ("node01", "node02")] == ["idle", "idle"]
+    # resumed: idle.  A trailing * (slurmctld has not heard from slurmd since) clears at
+    # the controller's next ping of the node; wait for it within SlurmdTimeout's default
+    deadline = time.monotonic() + 300
+    states = [node_state(lab, n)[0] for n in ("node01", "node02")]
+    while states != ["idle", "idle"] and time.monotonic() < deadline:
+        time.sleep(5)
+        states = [node_state(lab, n)[0] for n in ("node01", "node02")]
+    assert states == ["idle", "idle"]
