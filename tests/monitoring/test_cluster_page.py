@@ -265,7 +265,7 @@ def series(node: dict, metric: str, **labels) -> list[dict]:
 
 
 def y_of(value: float, lo: float, hi: float) -> float:
-    _, y0, _, h = page_mod.PLOT
+    y0, h = page_mod.PLOT[1], page_mod.PLOT[3]
     return y0 + (1 - (value - lo) / (hi - lo)) * h
 
 
@@ -278,8 +278,8 @@ def assert_chart_line(lines: list[dict]) -> list[tuple[float, float]]:
     for x, y in points:
         assert x0 - 0.05 <= x <= x0 + w + 0.05, (x, points)
         assert y0 - 0.05 <= y <= y0 + h + 0.05, (y, points)
-    assert len({y for _, y in points}) > 1, f"flat line: {points}"
-    xs = [x for x, _ in points]
+    assert len({p[1] for p in points}) > 1, f"flat line: {points}"
+    xs = [p[0] for p in points]
     assert xs == sorted(xs), "points not in time order"
     return points
 
@@ -298,7 +298,7 @@ def test_the_fan_duty_and_gpu_power_of_a_node_are_charted(rendered):
     for zone, (lo, hi) in DUTY_RANGE.items():
         points = assert_chart_line(series(node, page_mod.DUTY, zone=zone))
         # the duty axis is 0..100 %: the points sit where the zone's values are
-        for _, y in points:
+        for y in (p[1] for p in points):
             assert y_of(hi, 0, 100) - 0.05 <= y <= y_of(lo, 0, 100) + 0.05, (zone, y)
     assert_chart_line(series(node, page_mod.POWER))
     assert "no data" not in node["text"]

@@ -336,7 +336,7 @@ def fan_power_chart(node, page):
     power = [pts for pts in node["power"] if pts]
     if not duty and not power:
         return no_data("Fan duty and GPU power", "fan-power")
-    power_max = nice_ceiling(max((v for pts in power for _, v in pts), default=0.0))
+    power_max = nice_ceiling(max((p[1] for pts in power for p in pts), default=0.0))
     lines, keys = [], []
     for i, (zone, pts) in enumerate(duty):
         colour = DUTY_COLOURS[i % len(DUTY_COLOURS)]
@@ -362,7 +362,7 @@ def temp_chart(node, page):
     temps = [(sensor, pts) for sensor, pts in node["temps"] if pts]
     if not temps:
         return no_data("GPU temperatures", "temp")
-    values = [v for _, pts in temps for _, v in pts]
+    values = [p[1] for sensor_points in temps for p in sensor_points[1]]
     lo = 10.0 * math.floor(min(values) / 10.0 - 0.5)
     hi = 10.0 * math.ceil(max(values) / 10.0 + 0.5)
     lines, keys = [], []
@@ -477,7 +477,7 @@ def positive(text):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--prometheus", required=True, metavar="URL",
                         help="Prometheus' base URL, e.g. http://10.77.0.1:9090")
     parser.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
