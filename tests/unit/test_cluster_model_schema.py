@@ -208,6 +208,7 @@ def test_a_role_variable_the_inventory_sets_has_its_declared_type(value, expecte
 @pytest.mark.parametrize(("value", "expected"), [
     (600, None), ("600", None), ("-5", None), (" +7 ", None),
     ("5m", "node01: node_boot_timeout 5m must be an integer, not a string"),
+    ("--5", "node01: node_boot_timeout --5 must be an integer, not a string"),
     (1.5, "node01: node_boot_timeout 1.5 must be an integer, not a number"),
 ])
 def test_a_role_integer_takes_what_ansible_converts(value, expected):

@@ -12,6 +12,7 @@ reported, in the model's form (``host: field value problem``)."""
 from __future__ import annotations
 
 import difflib
+import re
 
 from .common import Errors, as_dict, fmt
 
@@ -293,6 +294,8 @@ def report_unrendered(unrendered, node_names, err):
 # is found before anything changes, at once, in the model's form).  Ansible's own
 # conversions are kept: a boolean may be written yes/no, an integer as digits (with a
 # sign: -e name=-5 is the string "-5", which Ansible converts).
+# An integer as a command-line word: digits with at most one sign.
+INT_WORD_RE = re.compile(r"[+-]?[0-9]+")
 BOOLEAN_WORDS = frozenset(("yes", "no", "true", "false", "on", "off", "y", "n", "t", "f",
                            "1", "0"))
 
@@ -343,7 +346,7 @@ def check_role_values(values, role_variables, node_names, err):
                 if problem:
                     host_err.add(host, name, value, problem)
             elif not (spec is INT and isinstance(value, str)
-                      and value.strip().lstrip("+-").isdigit()):
+                      and INT_WORD_RE.fullmatch(value.strip())):
                 check_shape(host, name, value, spec, host_err)
         per_host[host] = {entry[1:] for entry in host_err.entries}
     hosts, nodes = set(per_host), set(node_names) & set(per_host)
