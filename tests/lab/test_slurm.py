@@ -52,18 +52,24 @@ def expected_nodes(lab) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def idle(lab, site):
-    """Both nodes registered and idle (slurmd starts at boot and retries until the
-    controller answers; the controller came up in the same site.yml run)."""
-    deadline = time.monotonic() + 300
+def wait_all_idle(lab, timeout: float = 300) -> str:
+    """sinfo's node lines (name, CPUs, memory, GRES, state) once every node is idle, or
+    when ``timeout`` seconds (SlurmdTimeout's default) have passed.  A node the
+    controller has not heard from since its last ping shows idle*, not idle."""
+    deadline = time.monotonic() + timeout
     while True:
         out = head(lab, "sinfo -N -h -o '%N %c %m %G %t'")
         states = {line.split()[0]: line.split()[-1] for line in out.splitlines() if line.split()}
         if all(states.get(n.name) == "idle" for n in lab.nodes) or time.monotonic() > deadline:
-            break
+            return out
         time.sleep(5)
-    return out
+
+
+@pytest.fixture(scope="module")
+def idle(lab, site):
+    """Both nodes registered and idle (slurmd starts at boot and retries until the
+    controller answers; the controller came up in the same site.yml run)."""
+    return wait_all_idle(lab)
 
 
 def test_nodes_register_with_the_models_cpus_memory_and_gpus(lab, idle):
@@ -167,10 +173,6 @@ def test_a_stopped_fan_daemon_drains_its_node_and_only_an_operator_resumes_it(la
     finally:
         head(lab, "scontrol update nodename=node01,node02 state=resume")
     # resumed: idle.  A trailing * (slurmctld has not heard from slurmd since) clears at
-    # the controller's next ping of the node; wait for it within SlurmdTimeout's default
-    deadline = time.monotonic() + 300
-    states = [node_state(lab, n)[0] for n in ("node01", "node02")]
-    while states != ["idle", "idle"] and time.monotonic() < deadline:
-        time.sleep(5)
-        states = [node_state(lab, n)[0] for n in ("node01", "node02")]
-    assert states == ["idle", "idle"]
+    # the controller's next ping of the node
+    wait_all_idle(lab)
+    assert [node_state(lab, n)[0] for n in ("node01", "node02")] == ["idle", "idle"]
