@@ -98,6 +98,9 @@ in_root depmod -a "$kver"
 
 phase "configuring the image"
 in_root apt-get clean
+# baked in to save emulated apt work, not started: the monitoring role
+# configures them first (management address only) and then starts them
+in_root systemctl disable prometheus.service prometheus-node-exporter.service >/dev/null 2>&1
 rm -f "$root/usr/sbin/policy-rc.d"
 echo head >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\thead\n' >"$root/etc/hosts"
