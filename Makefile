@@ -17,7 +17,7 @@ APT_PACKAGES := python3-venv python3-dev gcc make git rsync shellcheck \
 	qemu-system-x86 qemu-utils ipxe-qemu ovmf \
 	openipmi ipmitool freeipmi-tools libopenipmi-dev \
 	iproute2 bridge-utils stress-ng kmod binutils \
-	prometheus chromium \
+	prometheus prometheus-node-exporter chromium \
 	$(shell sed 's/#.*//' lab/host-packages.txt)
 
 # ansible-test sanity, the checks every collection on Galaxy is held to.  It

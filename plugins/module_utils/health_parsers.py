@@ -152,7 +152,7 @@ def parse_prometheus(text, source="metrics"):
 # label (current, gpu_temp, cpu_temp, psu) and the sensor's name.
 FAN_PREFIX = "junkyard_fan_"
 # Where the gpu_fan_daemon role has the daemon write them (its default).
-FAN_TEXTFILE = "/run/junkyard-fan/metrics/junkyard_fan.prom"
+FAN_TEXTFILE = "/run/junkyard/metrics/junkyard_fan.prom"
 FAN_METRICS = {
     "sensor": FAN_PREFIX + "sensor_reading",
     "gpu_power": FAN_PREFIX + "gpu_power_watts",

@@ -47,7 +47,7 @@ options:
   fan_metrics_path:
     description: The fan daemon's Prometheus textfile.
     type: path
-    default: /run/junkyard-fan/metrics/junkyard_fan.prom
+    default: /run/junkyard/metrics/junkyard_fan.prom
   fan_metrics_max_age:
     description: Seconds after which the metrics file counts as stale.
     type: float

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.lab
 
 FULL_RPM = 16500  # bmc_sim: duty 100 % is 165 counts of 100 RPM
 IDLE_AMPS = 4.0  # bmc_sim's idle GPU current (48 W at 12 V)
-METRICS = "/run/junkyard-fan/metrics/junkyard_fan.prom"
+METRICS = "/run/junkyard/metrics/junkyard_fan.prom"
 LEFT_GPUS = (0, 1, 4, 5)  # the example's zone gpu-left (fan_id 1: FAN1-FAN3)
 RIGHT_FAN, LEFT_FAN = 4, 1
 

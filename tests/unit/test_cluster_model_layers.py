@@ -104,6 +104,9 @@ def test_storage_layout_names_and_data_layer():
     assert storage.dataset("tank", "images", "deb", "v1") == "tank/images/deb/v1"
     assert [d["name"] for d in storage.top_datasets("tank")] == [
         "tank/images", "tank/nodes", "tank/data"]
+    assert storage.metrics_layer("tank") == (
+        {"name": "tank/metrics", "properties": {"mountpoint": "/var/lib/prometheus/metrics2"}},
+        {"dataset": "tank/metrics", "data_dir": "/var/lib/prometheus/metrics2"})
     ds, ex, mounts = storage.data_layer("tank", "/tank", [
         {"name": "scratch", "properties": {"recordsize": "1M"}, "mount": "/scratch"}],
         ["10.30.0.11", "10.30.0.12"], "10.30.0.1")

@@ -590,7 +590,7 @@ def test_the_roles_settings_for_the_lab_are_what_the_program_reads(tmp_path):
         "mgmt_subnet": "10.77.0.0/24", "ce_per_day_limit": "10",
         "state_dir": "/run/junkyard-slurm-health", "fan_nodes": "node01 node02",
         "fan_service": "junkyard-fan",
-        "fan_metrics": "/run/junkyard-fan/metrics/junkyard_fan.prom",
+        "fan_metrics": "/run/junkyard/metrics/junkyard_fan.prom",
         "fan_metrics_max_age": "30", "fan_boot_grace": "120", "openrc_dir": "/run/openrc",
         "gres_conf": "/run/slurmd/conf-cache/gres.conf",
         "slurm_conf": "/run/slurmd/conf-cache/slurm.conf",

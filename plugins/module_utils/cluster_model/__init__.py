@@ -166,6 +166,8 @@ def _derive(checked):
         [n["data"]["ip"] for n in checked["nodes"]], head["data"]["ip"])
     datasets += data_datasets
     exports += data_exports
+    metrics_dataset, monitoring = storage.metrics_layer(layout["pool"])
+    datasets.append(metrics_dataset)
     for name, img in imgs.items():
         img["dataset"] = images.image_dataset(layout["pool"], name)
         img["gfx_targets"] = images.gfx_targets(name, checked["nodes"], checked["profiles"])
@@ -202,6 +204,7 @@ def _derive(checked):
         "data_mounts": data_mounts,
         "users": users.derive(checked["users"], data_mounts),
         "default_dataset_properties": dict(DEFAULT_DATASET_PROPERTIES),
+        "monitoring": monitoring,
         "slurm": slurm.derive(checked["slurm"], checked["cluster"].get("name", "junkyard"), head,
                               out_nodes, {n["name"]: n["ssh_host_keys"]["dir"]
                                           for n in out_nodes}),

@@ -235,6 +235,19 @@ def _check_data_properties(where, properties, err):
                     "mountpoint, where it is exported (the nodes' mount point is mount)")
 
 
+# Prometheus' time series on the head: a dataset of their own, mounted where
+# Debian's prometheus package keeps them.
+METRICS = "metrics"
+METRICS_DATA_DIR = "/var/lib/prometheus/metrics2"
+
+
+def metrics_layer(pool):
+    """(dataset, published section) of the head's Prometheus data."""
+    name = dataset(pool, METRICS)
+    return ({"name": name, "properties": {"mountpoint": METRICS_DATA_DIR}},
+            {"dataset": name, "data_dir": METRICS_DATA_DIR})
+
+
 def top_datasets(pool):
     """The pool's top-level datasets (containers, never mounted).
 

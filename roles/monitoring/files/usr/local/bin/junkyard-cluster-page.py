@@ -233,7 +233,7 @@ def collect(prom, job, hours, now, nodes=None, step=None):
     names = sorted(set(nodes) if nodes else set(up), key=node_sort_key)
 
     slurm = {}
-    for node, results in by_node(prom.query(f"{SLURM}{{{sel}}} == 1", now)).items():
+    for node, results in by_node(prom.query(f"{SLURM} == 1", now)).items():
         slurm[node] = sorted(r["metric"].get("state", "?") for r in results)
     image = {}
     for node, results in by_node(prom.query(f"{IMAGE}{{{sel}}} == 1", now)).items():
