@@ -25,9 +25,11 @@ from labtools import LabHandle, lab_cli, lab_prerequisites, run_site
 # nodes, and `lab down` last.
 # test_slurm.py before test_fan.py: the fan tests stop the fan daemon on node01 on
 # purpose, and the Slurm health check rightly drains node01 for it.
+# test_monitoring.py just before test_health.py: its last test powers node02 off
+# and leaves it off for the health report's unreachable node.
 LAB_FILE_ORDER = ["test_lab_units.py", "test_lab.py", "test_site.py", "test_storage.py",
-                  "test_slurm.py", "test_fan.py", "test_health.py", "test_upgrade.py",
-                  "test_pool_safety.py"]
+                  "test_slurm.py", "test_fan.py", "test_monitoring.py", "test_health.py",
+                  "test_upgrade.py", "test_pool_safety.py"]
 
 
 def pytest_collection_modifyitems(config, items):
