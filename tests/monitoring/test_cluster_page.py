@@ -550,3 +550,17 @@ def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path):
     assert out.read_text() == "new"
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
     assert [p.name for p in tmp_path.iterdir()] == ["cluster.html"]
+
+
+def test_a_nodes_newest_state_wins_over_one_that_outlived_it():
+    # After a restart of Prometheus, a node's old Slurm state is not marked stale
+    # and lingers for the lookback (5 min) beside the new one; the page queries
+    # the samples' timestamps and shows the newest.
+    page = load_module()
+    results = [{"metric": {"node": "node01", "state": "down"}, "value": [1000.0, "900.5"]},
+               {"metric": {"node": "node01", "state": "idle"}, "value": [1000.0, "960.5"]},
+               {"metric": {"node": "node02", "state": "idle"}, "value": [1000.0, "955"]},
+               {"metric": {"node": "node02", "state": "drain"}, "value": [1000.0, "955"]}]
+    newest = page.newest_by_node(results)
+    assert {n: sorted(r["metric"]["state"] for r in v) for n, v in newest.items()} == {
+        "node01": ["idle"], "node02": ["drain", "idle"]}

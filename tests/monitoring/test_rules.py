@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
-from ansible.plugins.filter.core import to_nice_yaml
+from ansible.plugins.filter.core import to_bool, to_nice_yaml
 from ansible_collections.junkyard.cluster.plugins.filter.monitoring import (
     gpu_temp_limits,
     prometheus_targets,
@@ -50,6 +50,7 @@ def render(template: str, **variables) -> str:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["comment"] = lambda text: "\n".join(f"# {line}" for line in text.splitlines())
     env.filters["to_nice_yaml"] = to_nice_yaml
+    env.filters["bool"] = to_bool
     return env.get_template(template).render(ansible_managed="Ansible managed", **variables)
 
 
@@ -160,7 +161,10 @@ def test_the_service_listens_on_the_management_address_only():
     model = lab_model()
     text = render("etc/default/prometheus.j2", monitoring_data_dir="/tank/monitoring/prometheus",
                   monitoring_retention="30d",
-                  monitoring_listen_address=model["head"]["mgmt"]["ip"], monitoring_port=9090)
+                  monitoring_listen_address=model["head"]["mgmt"]["ip"], monitoring_port=9090,
+                  monitoring_page=True, monitoring_page_dir="/var/lib/junkyard/cluster-page")
     args = text.split('ARGS="', 1)[1].split('"', 1)[0].split()
     assert f"--web.listen-address={model['head']['mgmt']['ip']}:9090" in args
     assert "--storage.tsdb.path=/tank/monitoring/prometheus" in args
+    # the cluster page, served by Prometheus under /user
+    assert "--web.user-assets=/var/lib/junkyard/cluster-page" in args

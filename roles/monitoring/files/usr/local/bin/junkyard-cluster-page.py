@@ -214,6 +214,20 @@ def by_node(results):
     return out
 
 
+def newest_by_node(results):
+    """by_node, keeping each node's series with the newest sample only.
+
+    For the state and info series (queried as ``timestamp(x == 1)``): when a
+    node's state changes, the old state's series can outlive it for up to
+    Prometheus' lookback (5 minutes) if it was never marked stale (after a
+    restart of Prometheus); the newest sample is the current state."""
+    out = {}
+    for node, results_of_node in by_node(results).items():
+        newest = max(finite(r["value"][1]) or 0.0 for r in results_of_node)
+        out[node] = [r for r in results_of_node if (finite(r["value"][1]) or 0.0) == newest]
+    return out
+
+
 def collect(prom, job, hours, now, nodes=None, step=None):
     """Everything the page shows, as plain data."""
     span = hours * 3600.0
@@ -233,10 +247,13 @@ def collect(prom, job, hours, now, nodes=None, step=None):
     names = sorted(set(nodes) if nodes else set(up), key=node_sort_key)
 
     slurm = {}
-    for node, results in by_node(prom.query(f"{SLURM} == 1", now)).items():
+    # the Slurm state comes from the controller's host (the head's textfile), whatever
+    # job scrapes it
+    for node, results in newest_by_node(prom.query(f"timestamp({SLURM} == 1)", now)).items():
         slurm[node] = sorted(r["metric"].get("state", "?") for r in results)
     image = {}
-    for node, results in by_node(prom.query(f"{IMAGE}{{{sel}}} == 1", now)).items():
+    for node, results in newest_by_node(
+            prom.query(f"timestamp({IMAGE}{{{sel}}} == 1)", now)).items():
         image[node] = sorted((r["metric"].get("image", "?"), r["metric"].get("version", "?"))
                              for r in results)
     ecc = {}
