@@ -76,8 +76,13 @@ def by_node(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def current(metric: str) -> str:
+    """The timestamps of a state metric's series at 1 (of a selector: its samples')."""
+    return f"timestamp({metric}) and {metric} == 1"
+
+
 def newest(results: list[dict]) -> dict[str, list[dict]]:
-    """by_node of a ``timestamp(x == 1)`` query, each node's newest series only (a
+    """by_node of a ``timestamp(x) and x == 1`` query, each node's newest series only (a
     state Prometheus did not mark stale, after its restart, lingers up to 5 min)."""
     out = {}
     for node, series in by_node(results).items():
@@ -117,11 +122,11 @@ def test_prometheus_scrapes_every_node_and_the_head(lab, site):
     for node, series in fans.items():
         assert {s["metric"]["zone"] for s in series} >= {"cpu"}, (node, series)
     # the node's own textfile: the image version it booted
-    images = newest(query(lab, "timestamp(junkyard_node_image_info == 1)"))
+    images = newest(query(lab, current("junkyard_node_image_info")))
     assert {n: [(s["metric"]["image"], s["metric"]["version"]) for s in v]
             for n, v in images.items()} == {n: [("bookworm", "v1")] for n in nodes}
     # the head's textfiles: Slurm's state of every node, the pool's health
-    slurm = newest(wait_query(lab, "timestamp(junkyard_slurm_node_state == 1)",
+    slurm = newest(wait_query(lab, current("junkyard_slurm_node_state"),
                               lambda r: set(by_node(r)) == nodes, "Slurm state of every node"))
     assert {n: len(v) for n, v in slurm.items()} == {n: 1 for n in nodes}, slurm
     pools = query(lab, 'junkyard_zfs_pool_state{state="online"} == 1')

@@ -217,7 +217,8 @@ def by_node(results):
 def newest_by_node(results):
     """by_node, keeping each node's series with the newest sample only.
 
-    For the state and info series (queried as ``timestamp(x == 1)``): when a
+    For the state and info series (queried as ``timestamp(x) and x == 1``: the
+    timestamp of an expression is its evaluation time, of a selector its sample's): when a
     node's state changes, the old state's series can outlive it for up to
     Prometheus' lookback (5 minutes) if it was never marked stale (after a
     restart of Prometheus); the newest sample is the current state."""
@@ -249,11 +250,12 @@ def collect(prom, job, hours, now, nodes=None, step=None):
     slurm = {}
     # the Slurm state comes from the controller's host (the head's textfile), whatever
     # job scrapes it
-    for node, results in newest_by_node(prom.query(f"timestamp({SLURM} == 1)", now)).items():
+    current = f"timestamp({SLURM}) and {SLURM} == 1"
+    for node, results in newest_by_node(prom.query(current, now)).items():
         slurm[node] = sorted(r["metric"].get("state", "?") for r in results)
     image = {}
-    for node, results in newest_by_node(
-            prom.query(f"timestamp({IMAGE}{{{sel}}} == 1)", now)).items():
+    current = f"timestamp({IMAGE}{{{sel}}}) and {IMAGE}{{{sel}}} == 1"
+    for node, results in newest_by_node(prom.query(current, now)).items():
         image[node] = sorted((r["metric"].get("image", "?"), r["metric"].get("version", "?"))
                              for r in results)
     ecc = {}
