@@ -191,6 +191,6 @@ def test_powering_a_node_off_fires_the_node_down_alert(lab, site):
     # left off: test_health.py reports it unreachable and powers it on again
     alerts = wait_query(
         lab, 'ALERTS{alertname="JunkyardNodeDown",alertstate="firing"}',
-        lambda r: bool(r), "the node-down alert", timeout=ALERT_WAIT)
+        bool, "the node-down alert", timeout=ALERT_WAIT)
     assert [a["metric"]["node"] for a in alerts] == ["node02"], alerts
     assert alerts[0]["metric"]["severity"] == "critical"
