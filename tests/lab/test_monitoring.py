@@ -131,6 +131,11 @@ def test_prometheus_scrapes_every_node_and_the_head(lab, site):
     assert {n: len(v) for n, v in slurm.items()} == {n: 1 for n in nodes}, slurm
     pools = query(lab, 'junkyard_zfs_pool_state{state="online"} == 1')
     assert [p["metric"]["pool"] for p in pools] == ["tank"]
+    # the head's services, each running
+    services = {r["metric"]["service"]: r["value"][1]
+                for r in query(lab, "junkyard_head_service_up")}
+    assert services == {s: "1" for s in ("dnsmasq", "nginx", "nfsd", "rpc.mountd",
+                                         "slurmctld", "munged")}, services
     # the edac and hwmon collectors run on the nodes
     edac = by_node(query(lab, 'node_scrape_collector_success{job="junkyard-nodes",'
                               'collector=~"edac|hwmon|textfile|drm"}'))
@@ -139,7 +144,7 @@ def test_prometheus_scrapes_every_node_and_the_head(lab, site):
     firing = query(lab, 'ALERTS{alertstate="firing"}')
     assert not [a for a in firing if a["metric"]["alertname"] in
                 ("JunkyardNodeDown", "JunkyardTextfileStale", "JunkyardTextfileUnreadable",
-                 "JunkyardPoolDegraded")], firing
+                 "JunkyardPoolDegraded", "JunkyardHeadServiceDown")], firing
 
 
 def test_nothing_answers_on_the_data_network(lab, site):

@@ -77,7 +77,7 @@ def test_rules_pass_promtool_check(promtool, tmp_path):
     res = promtool_run(promtool, "check", "rules", "junkyard-alerts.yml", "junkyard-limits.yml",
                        cwd=d)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS: 13 rules found" in res.stdout, res.stdout
+    assert "SUCCESS: 14 rules found" in res.stdout, res.stdout
     assert "SUCCESS: 2 rules found" in res.stdout, res.stdout
 
 

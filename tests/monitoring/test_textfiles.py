@@ -195,3 +195,21 @@ def test_head_writer_keeps_a_file_it_cannot_refresh_and_says_why(tmp_path, monke
     assert "junkyard_slurm.prom not written: sinfo: not installed" in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junkyard_zfs.prom"]
     assert (tmp_path / "junkyard_zfs.prom").read_text() == "old\n"
+
+
+def test_head_writer_reports_which_services_run(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "300"])  # a process named "sleep" runs now
+    try:
+        res = subprocess.run([sys.executable, str(HEAD_WRITER), "--textfile-dir",
+                              str(tmp_path), "--no-zfs", "--no-slurm", "--service", "sleep",
+                              "--service", "no-such-daemon"],
+                             capture_output=True, text=True, check=False, timeout=60)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert res.returncode == 0, res.stderr
+    text = (tmp_path / "junkyard_head.prom").read_text()
+    up = {line.split('service="', 1)[1].split('"', 1)[0]: int(line.rsplit(" ", 1)[1])
+          for line in text.splitlines() if line.startswith("junkyard_head_service_up{")}
+    assert up == {"sleep": 1, "no-such-daemon": 0}, text
+    check_metrics(text)
