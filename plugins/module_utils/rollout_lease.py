@@ -51,10 +51,18 @@ def describe_refusal(path, lease, now):
 
 
 @contextlib.contextmanager
-def _locked(path):
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+def _locked(path, check=False):
+    """Hold the lease's lock.  In check mode nothing is created: the lock is taken only if
+    its file exists (a reader needs no more: the lease is replaced by a rename)."""
+    if check:
+        try:
+            fd = os.open(path + ".lock", os.O_RDONLY)
+        except FileNotFoundError:
+            yield
+            return
+    else:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -101,7 +109,7 @@ def acquire(path, owner, run_id, image, version, ttl, now=None, check=False):
     the expired lease of a dead run that this one took over (or None).  Raises LeaseHeld
     when another run's lease is live.  Acquiring again with the same run id renews."""
     now = time.time() if now is None else now
-    with _locked(path):
+    with _locked(path, check):
         old = read(path)
         if old is not None and old["run_id"] != run_id and live(old, now):
             raise LeaseHeld(path, old, now)
@@ -120,7 +128,7 @@ def renew(path, run_id, ttl, nodes=None, now=None, check=False):
     run has out of service now).  Raises LeaseLost when another run holds it or it is gone:
     the run must stop (a second rollout may be moving nodes)."""
     now = time.time() if now is None else now
-    with _locked(path):
+    with _locked(path, check):
         old = read(path)
         if old is None:
             raise LeaseLost(f"{path} is gone: run {run_id} no longer holds the rollout lease "
@@ -140,7 +148,7 @@ def renew(path, run_id, ttl, nodes=None, now=None, check=False):
 def release(path, run_id, check=False):
     """Drop ``run_id``'s lease.  Returns (changed, lease): a lease of another run is left
     alone (changed False, that lease returned); no lease is no change."""
-    with _locked(path):
+    with _locked(path, check):
         old = read(path)
         if old is None or old["run_id"] != run_id:
             return False, old

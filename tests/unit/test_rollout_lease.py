@@ -46,10 +46,10 @@ def test_a_second_run_is_refused_naming_the_first(tmp_path):
 
 
 def test_check_mode_refuses_too_and_writes_nothing(tmp_path):
-    path = tmp_path / "rollout.lease"
+    path = tmp_path / "junkyard" / "rollout.lease"
     would = take(path, "run-1", check=True)
     assert would["changed"] and would["lease"]["run_id"] == "run-1"
-    assert not path.exists()
+    assert not path.parent.exists()  # not even the directory or the lock file
     take(path, "run-1")
     refused = take(path, "run-2", check=True)
     assert refused.get("failed") and "run run-1 by alice@ops1" in refused["msg"]
