@@ -359,7 +359,7 @@ def test_drain_describe_when_slurm_says_nothing_or_cannot_be_asked(query, line):
 
 
 def test_drain_describe_policies_and_no_drain():
-    assert "its jobs are cancelled" in filters.upgrade_drain_describe(
+    assert "the jobs still running are cancelled (scancel)" in filters.upgrade_drain_describe(
         DRAIN_PLAN, {"busy": {}}, True, "kill", 60)[0]
     assert "keeps waiting" in filters.upgrade_drain_describe(DRAIN_PLAN, {"busy": {}}, True,
                                                              "wait")[0]
