@@ -10,9 +10,9 @@ short_description: One image rollout at a time, through a lease file on the stor
 version_added: 0.1.0
 description:
   - Takes, renews or drops the rollout lease, a small JSON file on the storage head naming
-    the run that may take nodes out of service now: its owner, run id, image and version,
-    when it started and when it expires.
-  - The expiry is a time in the file, not a process: a run that died stops renewing and its
+    the run that may take nodes out of service now (its owner, run id, image and version,
+    when it started and when it expires).
+  - The expiry is a time in the file, not a process; a run that died stops renewing and its
     lease counts as released once the expiry passed.  A live lease of another run refuses
     O(state=acquired) with a message naming that run.
   - Every change happens under an exclusive C(flock) of C(<path>.lock) and is written by a
