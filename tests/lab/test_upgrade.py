@@ -94,10 +94,12 @@ def run(lab_log, playbook: str, extra: dict) -> tuple[object, float]:
 
 
 def slurm_node(lab, node: str) -> tuple[str, str]:
-    """(state, reason) of a node as slurmctld has them."""
-    out = lab.ssh(f"sinfo -h -N -n {node} -o '%T|%E'").stdout.strip().splitlines()
-    state, _sep, reason = (out[0] if out else "").partition("|")
-    return state, reason
+    """(state, reason) of a node as slurmctld has them: sinfo's long state (``draining``,
+    ``drained``, ``idle``, ...) and the whole reason from scontrol."""
+    out = lab.ssh(f"sinfo -h -N -n {node} -o '%T'").stdout.strip().splitlines()
+    show = lab.ssh(f"scontrol show node -o {node}").stdout.strip()
+    reason = show.partition(" Reason=")[2].rsplit(" [", 1)[0] if " Reason=" in show else ""
+    return (out[0] if out else ""), reason
 
 
 def submit_job(lab, node: str) -> str:
