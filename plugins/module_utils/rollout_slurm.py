@@ -66,7 +66,7 @@ def expand_hostlist(expr):
 def parse_nodes(text):
     """``scontrol show node -o``: node -> {state, flags, reason}.  State is the base state
     (IDLE, ALLOCATED, MIXED, DOWN, ...), flags the rest (DRAIN, NOT_RESPONDING, ...);
-    Reason is the last field and may hold spaces (its trailing ``[user@time]`` dropped)."""
+    Reason may hold spaces: it runs to its ``[user@time]`` stamp (dropped)."""
     nodes = {}
     for line in (text or "").splitlines():
         head, _sep, reason = line.partition(" Reason=")
@@ -76,7 +76,9 @@ def parse_nodes(text):
             continue
         # a trailing * (not responding) may sit on any part: DOWN*+DRAIN
         base, *flags = [s.rstrip("*") for s in fields.get("State", "UNKNOWN").split("+")]
-        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", reason.strip())
+        # the reason ends at its "[user@time]" stamp (fields such as Comment= may follow)
+        stamped = re.match(r"(.*?)\s*\[[^\]\s]*@\d{4}-[\d:T-]+\]", reason)
+        reason = stamped.group(1) if stamped else reason.strip()
         nodes[name] = {"state": base, "flags": flags, "reason": "" if reason == "(null)"
                        else reason}
     return nodes

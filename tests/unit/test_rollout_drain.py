@@ -228,4 +228,7 @@ def test_node_lines_with_a_spaced_reason_and_flags():
                                "reason": "operator: reseat GPU 3"}
     assert rs.drained(infos["node01"]) and not rs.ours(infos["node01"])
     assert infos["node02"] == {"state": "DOWN", "flags": ["NOT_RESPONDING"], "reason": ""}
+    commented = rs.parse_nodes(node_line("node03", "IDLE+DRAIN", "a [b] c")
+                               + " Comment=rack 4 Extra=x")
+    assert commented["node03"]["reason"] == "a [b] c"
     assert not rs.drained(infos["node02"])
