@@ -43,6 +43,7 @@ import time
 
 import pytest
 import yaml
+from ansible_collections.junkyard.cluster.plugins.module_utils import rollout_slurm
 from labtools import LAB_CMD, REPO, lab_cli, mount_on
 
 from tests.inventory_files import LAB, group_vars
@@ -97,9 +98,8 @@ def slurm_node(lab, node: str) -> tuple[str, str]:
     """(state, reason) of a node as slurmctld has them: sinfo's long state (``draining``,
     ``drained``, ``idle``, ...) and the whole reason from scontrol."""
     out = lab.ssh(f"sinfo -h -N -n {node} -o '%T'").stdout.strip().splitlines()
-    show = lab.ssh(f"scontrol show node -o {node}").stdout.strip()
-    reason = show.partition(" Reason=")[2].rsplit(" [", 1)[0] if " Reason=" in show else ""
-    return (out[0] if out else ""), reason
+    show = rollout_slurm.parse_nodes(lab.ssh(f"scontrol show node -o {node}").stdout)
+    return (out[0] if out else ""), show[node]["reason"]
 
 
 def submit_job(lab, node: str) -> str:
