@@ -106,11 +106,14 @@ def submit_job(lab, node: str) -> str:
     """A job of the cluster's user on ``node`` that runs until RELEASE exists there; returns
     its id once it runs."""
     assert lab.node_ssh(node, f"rm -f {RELEASE}").returncode == 0  # left by an earlier run
-    cmd = (f"sbatch --parsable -w {node} -N1 -n1 --time=30 --chdir=/tmp -o /dev/null "
-           f"--wrap {shlex.quote(JOB)}")
+    # srun, as test_slurm's jobs (a batch script exits 13 on the lab's nodes), left running
+    # in the background on the head
+    cmd = (f"nohup srun -w {node} -N1 -n1 --time=30 --chdir=/tmp sh -c {shlex.quote(JOB)} "
+           "> /dev/null 2>&1 &")
     res = lab.ssh(f"su - {USER} -c {shlex.quote(cmd)}")
     assert res.returncode == 0, res.stdout + res.stderr
-    job = res.stdout.strip().split(";")[0]
+    job = wait_for("the job's id", lambda: lab.ssh(
+        f"squeue -h -u {USER} -w {node} -o %i").stdout.strip(), 120)
     deadline = time.monotonic() + 300
     while lab.ssh(f"squeue -h -j {job} -o %T").stdout.strip() != "RUNNING":
         assert time.monotonic() < deadline, lab.ssh(f"scontrol show job {job}").stdout
