@@ -329,3 +329,40 @@ def test_state_after_prune_relinks_the_lineage():
 def test_prune_the_previous_version_when_allowed():
     plan = up.plan_prune(ctx(PROMOTED), "bookworm-rocm", ["2026.11.1"], allow_previous=True)
     assert plan["prune"] == ["2026.11.1"] and plan["refused"] == {}
+
+
+DRAIN_PLAN = {"to": "v2", "waves": [["node01"], ["node02", "node03"]]}
+
+
+def test_drain_describe_shows_the_policy_and_the_busy_nodes():
+    query = {"busy": {"node03": ["41 (alice)", "42 (bob)"], "other": ["9 (carol)"]},
+             "left_drained": {"node02": "operator: reseat GPU 3"}}
+    lines = filters.upgrade_drain_describe(DRAIN_PLAN, query)
+    assert lines[0].startswith("  drain: each wave is drained in Slurm before it powers off "
+                               "and its jobs are waited for up to 3600 s; then a node still "
+                               "busy is skipped")
+    assert "(image_rollout_busy_policy skip)" in lines[0] and "booted v2" in lines[0]
+    assert lines[1:] == [
+        "  busy now: node03 (jobs 41 (alice), 42 (bob))",
+        "  drained by someone else (moves, stays drained): node02 (operator: reseat GPU 3)"]
+
+
+@pytest.mark.parametrize(("query", "line"), [
+    ({"busy": {}}, "  busy now: no job runs on the nodes that move"),
+    ({"failed": True, "msg": 'Failed to find required executable "scontrol" in paths: /a:/b'},
+     '  busy now: unknown (Slurm could not be asked: Failed to find required executable '
+     '"scontrol")'),
+    ({"skipped": True}, "  busy now: unknown (Slurm could not be asked: no answer)"),
+])
+def test_drain_describe_when_slurm_says_nothing_or_cannot_be_asked(query, line):
+    assert filters.upgrade_drain_describe(DRAIN_PLAN, query)[-1] == line
+
+
+def test_drain_describe_policies_and_no_drain():
+    assert "the jobs still running are cancelled (scancel)" in filters.upgrade_drain_describe(
+        DRAIN_PLAN, {"busy": {}}, True, "kill", 60)[0]
+    assert "keeps waiting" in filters.upgrade_drain_describe(DRAIN_PLAN, {"busy": {}}, True,
+                                                             "wait")[0]
+    assert filters.upgrade_drain_describe(DRAIN_PLAN, None, False) == [
+        "  Slurm: the nodes are not drained first (image_rollout_drain is false)"]
+    assert filters.upgrade_drain_describe({"to": "v2", "waves": []}, None) == []
