@@ -40,10 +40,11 @@ def test_disks_of_an_exported_pool_are_not_wiped(lab, site, lab_log):
     scratch = head(lab, f"zfs get -H -o value mountpoint {pool}/data/scratch").strip()
     head(lab, f"echo precious-{guid} > {scratch}/export-probe && sync")
     tftp = LAB_VARS.get("cluster_tftp_root", "/srv/tftp").rstrip("/") + "/"
-    # the /boot bind mounts of the images (netboot) keep the pool busy
+    # the /boot bind mounts of the images (netboot) and Prometheus (its data on
+    # <pool>/metrics) keep the pool busy
     binds = [t for t in head(lab, "findmnt -rn -t zfs -o TARGET").split() if t.startswith(tftp)]
     try:
-        head(lab, "service nfs-kernel-server stop; "
+        head(lab, "service nfs-kernel-server stop; service prometheus stop; "
                   + "".join(f"umount {t}; " for t in reversed(binds))
                   + f"zpool export {pool}")
         assert pool not in head(lab, "zpool list -H -o name").split()
@@ -68,7 +69,7 @@ def test_disks_of_an_exported_pool_are_not_wiped(lab, site, lab_log):
         lab.ssh(f"zpool list -H -o name {pool} >/dev/null 2>&1 || "
                 f"zpool import -d /dev/disk/by-id {pool}; "
                 + "".join(f"mount {t}; " for t in binds)
-                + "service nfs-kernel-server start", timeout=300)
+                + "service nfs-kernel-server start; service prometheus start", timeout=300)
     assert head(lab, f"cat {scratch}/export-probe").strip() == f"precious-{guid}"
     head(lab, f"rm {scratch}/export-probe")
     status = head(lab, f"zpool status -P {pool}")
