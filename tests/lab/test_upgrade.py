@@ -18,18 +18,8 @@ move, issue 22):
    it and fails its verify, node02 is never touched and stays on v1, nothing is promoted,
    neither node can mount the version the other boots, and prune_images.yml refuses to prune
    v2 (a node boots it);
-   The failed canary stays drained in Slurm, its reason saying so (issue 16).
-1b. a job of the cluster's user runs on node02 (it ends when the test says so); the same
-   upgrade with a short image_rollout_drain_timeout and the default busy policy (skip):
-   node01 is verified again in place and resumed, node02 is drained, waited for, then given
-   back to Slurm untouched (not power-cycled, still on v1, its job still running), the run
-   ends unpromoted naming node02 and the job, and the lease is released;
-2. the same upgrade without the failing check (the operator's "fix it and run it again"),
-   with the defaults and the job still running on node02: the run drains node02 and waits;
-   meanwhile a second upgrade is refused, naming the first run (its owner and run id from
-   the lease on the head); once the job ended (exit 0, its output complete) node02 moves,
-   is verified, resumed, and v2 is promoted; the canary is verified again in place (not
-   rebooted);
+2. the same upgrade without the failing check (the operator's "fix it and run it again"):
+   the canary is verified again in place (not rebooted), node02 moves, v2 is promoted;
 3. rollback.yml with both nodes in one wave: both boot v1 again, v1 is current, v2 is kept;
 4. prune_images.yml -e versions=v2: the dataset, its snapshot and its TFTP mount are gone.
 """
@@ -37,16 +27,11 @@ move, issue 22):
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
 import time
 
 import pytest
 import yaml
-from ansible_collections.junkyard.cluster.plugins.module_utils import rollout_slurm
-from labtools import LAB_CMD, REPO, lab_cli, mount_on
-
-from tests.inventory_files import LAB, group_vars
+from labtools import REPO, lab_cli, mount_on
 
 pytestmark = pytest.mark.lab
 
@@ -55,12 +40,6 @@ IMAGES = "tank/images/bookworm"
 TFTP = "/srv/tftp/images/bookworm"
 STATE = "/etc/junkyard/image-state.yml"
 FAILING_CHECK = "modinfo -F filename amdgpu"
-LEASE = "/run/junkyard/rollout.lease"
-USER = group_vars(LAB, "all")["cluster_users"][0]["name"]
-RELEASE = "/tmp/junkyard-test-release-job"
-# the job runs until the test creates RELEASE on its node (at most 20 min), then exits 0
-JOB = (f"for i in $(seq 1200); do if [ -e {RELEASE} ]; then exit 0; fi; "
-       "sleep 1; done; exit 3")
 
 
 def on_node(lab, node: str) -> dict:
@@ -94,44 +73,6 @@ def run(lab_log, playbook: str, extra: dict) -> tuple[object, float]:
     return res, took
 
 
-def slurm_node(lab, node: str) -> tuple[str, str]:
-    """(state, reason) of a node as slurmctld has them: sinfo's long state (``draining``,
-    ``drained``, ``idle``, ...) and the whole reason from scontrol."""
-    out = lab.ssh(f"sinfo -h -N -n {node} -o '%T'").stdout.strip().splitlines()
-    show = rollout_slurm.parse_nodes(lab.ssh(f"scontrol show node -o {node}").stdout)
-    return (out[0] if out else ""), show[node]["reason"]
-
-
-def submit_job(lab, node: str) -> str:
-    """A job of the cluster's user on ``node`` that runs until RELEASE exists there; returns
-    its id once it runs."""
-    assert lab.node_ssh(node, f"rm -f {RELEASE}").returncode == 0  # left by an earlier run
-    # srun, as test_slurm's jobs (a batch script exits 13 on the lab's nodes), left running
-    # in the background on the head
-    cmd = (f"nohup srun -w {node} -N1 -n1 --time=30 --chdir=/tmp sh -c {shlex.quote(JOB)} "
-           "> /dev/null 2>&1 &")
-    res = lab.ssh(f"su - {USER} -c {shlex.quote(cmd)}")
-    assert res.returncode == 0, res.stdout + res.stderr
-
-    def job_id() -> str:
-        return lab.ssh(f"squeue -h -u {USER} -w {node} -o %i").stdout.strip()
-
-    job = wait_for("the job's id", job_id, 120)
-    deadline = time.monotonic() + 300
-    while lab.ssh(f"squeue -h -j {job} -o %T").stdout.strip() != "RUNNING":
-        assert time.monotonic() < deadline, lab.ssh(f"scontrol show job {job}").stdout
-        time.sleep(3)
-    return job
-
-
-def wait_for(what, check, timeout: float, every: float = 3):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(every)
-    return value
-
-
 def host_keys(lab) -> dict[str, str]:
     """The ed25519 host key each node presents, read from the head (ssh-keyscan)."""
     res = lab.ssh("ssh-keyscan -T 20 -t ed25519 10.77.0.11 10.77.0.12 2>/dev/null")
@@ -159,7 +100,7 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     # carries none
     keys = host_keys(lab)
     assert keys["node01"] != keys["node02"], keys
-    known = (lab.cfg.state / "known_hosts").read_text()
+    known = (REPO / ".lab" / "known_hosts").read_text()
     for node, ip in (("node01", "10.77.0.11"), ("node02", "10.77.0.12")):
         assert any(line.startswith(f"{node},") and ip in line.split()[0].split(",")
                    and line.endswith(keys[node]) for line in known.splitlines()), known
@@ -208,81 +149,17 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
         res = mount_on(lab, node, f"10.77.0.1:/{IMAGES}/{other}", "ls")
         assert res.returncode != 0, f"{node} mounted {other}, which it does not boot"
         assert "access denied" in res.stderr.lower(), (node, res.stderr)
-    # issue 16: the canary that failed stays drained, the reason naming the rollout
-    state01, reason01 = slurm_node(lab, "node01")
-    assert state01.startswith("drain"), (state01, reason01)
-    assert reason01.startswith("junkyard rollout bookworm/v2 (run ") and "not verified" in (
-        reason01), reason01
-    assert lab.ssh(f"test -e {LEASE}").returncode != 0, "the failed run kept its lease"
     # a version a node boots is never pruned
     res, _unused = run(lab_log, "playbooks/prune_images.yml", {"versions": ["v2"]})
     assert res.returncode != 0 and "nothing was pruned" in res.stdout, res.stdout[-4000:]
     assert lab.ssh(f"zfs list -H -o name {IMAGES}/v2").returncode == 0
     failed_took = took
 
-    # 1b. a job runs on node02; the default busy policy (skip) after a short drain timeout
+    # 2. run again without the failing check: node01 verified in place, node02 moves
     pid01 = lab.qemu_pid(node01)
-    job = submit_job(lab, "node02")
-    res, skip_took = run(lab_log, "playbooks/upgrade_rocm.yml",
-                         {**upgrade, "image_rollout_drain_timeout": 20})
-    out = " ".join(res.stdout.split())
-    assert res.returncode != 0, res.stdout[-6000:]
-    assert "verify again first (already on v2, no reboot): node01" in out, res.stdout[-6000:]
-    assert "then a node still busy is skipped" in out and f"busy now: node02 (jobs {job} (" in (
-        out), res.stdout[-6000:]
-    assert (f"v2 is not promoted: skipped, busy after the drain timeout "
-            "(image_rollout_busy_policy skip; left on their version and given back to Slurm):"
-            f" node02 (jobs {job} ({USER})). Moved and verified: node01.") in out, out[-3000:]
-    assert lab.qemu_pid(node01) == pid01 and lab.qemu_pid(node02) == pid02
-    assert on_node(lab, "node02") == before["node02"]
-    assert state(lab)["nodes"] == {"node01": "v2"}
-    assert lab.ssh(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
-    # node02 given back (the rollout drained it), node01 resumed once verified again
-    assert not slurm_node(lab, "node02")[0].startswith("drain"), slurm_node(lab, "node02")
-    assert not slurm_node(lab, "node01")[0].startswith("drain"), slurm_node(lab, "node01")
-    assert lab.ssh(f"test -e {LEASE}").returncode != 0, "the skipping run kept its lease"
-
-    # 2. run again without the failing check, with the defaults, the job still on node02
-    log = lab_log.with_name("test_upgrade-first-run.log")
-    start = time.monotonic()
-    with log.open("w") as first_out:
-        first = subprocess.Popen([*LAB_CMD, "run", "playbooks/upgrade_rocm.yml", "-e",
-                                  json.dumps(upgrade)], stdout=first_out,
-                                 stderr=subprocess.STDOUT, text=True, cwd=REPO)
-    try:
-        # the first run drained node02 and waits for the job: it holds the lease
-        wait_for("node02 draining", lambda: slurm_node(lab, "node02")[0] == "draining", 900)
-        lease = json.loads(lab.ssh(f"cat {LEASE}").stdout)
-        res, refused_took = run(lab_log, "playbooks/upgrade_rocm.yml", upgrade)
-        out = " ".join(res.stdout.split())
-        assert res.returncode != 0, res.stdout[-6000:]
-        assert (f"another rollout holds {LEASE}: run {lease['run_id']} by {lease['owner']} "
-                "(bookworm -> v2), started") in out, res.stdout[-4000:]
-        assert lab.ssh(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
-        assert first.poll() is None, "the first run ended while the job ran"
-        assert lab.qemu_pid(node02) == pid02, "node02 was power-cycled under its job"
-        # the job ends (the user's work is done): node02 moves
-        assert lab.node_ssh(node02, f"touch {RELEASE}").returncode == 0
-        # it ends by itself, unharmed: exit 0 (the record is kept MinJobAge, 300 s)
-        job_state = wait_for("the job's end", lambda: (
-            out if "JobState=COMPLETED" in (out := lab.ssh(f"scontrol show job {job}").stdout)
-            or "JobState=FAILED" in out else ""), 120)
-        assert "JobState=COMPLETED" in job_state and "ExitCode=0:0" in job_state, job_state
-        first.wait(timeout=3000)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    clean_took = time.monotonic() - start
-    res = subprocess.CompletedProcess(first.args, first.returncode, log.read_text(), "")
-    with lab_log.open("a") as f:
-        f.write(f"[test_upgrade] first run during the refused one: exit {res.returncode} in "
-                f"{clean_took:.0f} s\n{res.stdout}\n")
+    res, clean_took = run(lab_log, "playbooks/upgrade_rocm.yml", upgrade)
     out = res.stdout
     assert res.returncode == 0, out[-6000:]
-    # both given back to Slurm (resumed: no drain left; on the cloud kernel slurmctld may
-    # show them not responding, idle*, which is the kernel's business, not the rollout's)
-    for node in ("node01", "node02"):
-        assert not slurm_node(lab, node)[0].startswith("drain"), (node, slurm_node(lab, node))
     assert "upgrade v1 -> v2 (version exists)" in out, out[-6000:]
     assert "verify again first (already on v2, no reboot): node01" in out, out[-6000:]
     assert "canary:" not in out and "wave 1: node02 v1 -> v2" in out, out[-6000:]
@@ -324,6 +201,5 @@ def test_upgrade_canary_failure_waves_rollback_and_prune(lab, site, lab_log):
     for node in ("node01", "node02"):
         assert on_node(lab, node)["root"] == f"10.77.0.1:/{IMAGES}/v1"
     with lab_log.open("a") as f:
-        f.write(f"[test_upgrade] failed canary run {failed_took:.0f} s, skipping run "
-                f"{skip_took:.0f} s, clean run waiting for a job {clean_took:.0f} s (the "
-                f"refused run {refused_took:.0f} s), rollback {rollback_took:.0f} s\n")
+        f.write(f"[test_upgrade] failed canary run {failed_took:.0f} s, clean run "
+                f"{clean_took:.0f} s, rollback {rollback_took:.0f} s\n")

@@ -91,11 +91,7 @@ def upgrade(inventory, state, *extra, render_roles=(), roles_path=None):
             yaml.safe_dump({"upgrade_state_file": str(state),
                             "image_rollout_render_roles": [{"name": r} for r in render_roles],
                             "image_rollout_boot_delay": 0, "image_rollout_boot_timeout": 60,
-                            "rocm_verify_gpus": False,
-                            # this machine runs no Slurm (the lab drains for real)
-                            "image_rollout_drain": False,
-                            "image_versions_lease_file": str(state.parent / "rollout.lease")},
-                           default_flow_style=True).strip(),
+                            "rocm_verify_gpus": False}, default_flow_style=True).strip(),
             *extra]
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
@@ -140,9 +136,6 @@ def test_rollout_power_cycles_verifies_and_promotes(cluster, tmp_path):
     assert before["nodes"] == {"node01": "v2", "node02": "v2"}
     assert before["images"]["bookworm"]["current"] == "v1"
     assert "image-state.yml.prev" in state.read_text().splitlines()[2]
-    # the run's lease on the head was taken by the plan and released at the end
-    assert "Take the rollout lease" in out and "released" in out
-    assert not state.with_name("rollout.lease").exists()
 
 
 def test_a_failed_canary_stops_the_rollout(cluster):
@@ -158,9 +151,6 @@ def test_a_failed_canary_stops_the_rollout(cluster):
     assert final["nodes"] == {"node01": "v2"}
     assert "current version is now" not in out
     assert yaml.safe_load(state.with_name(state.name + ".prev").read_text()) == STATE
-    # the failed run gave the lease back: the operator's re-run is not refused
-    assert "the rollout lease was released" in out
-    assert not state.with_name("rollout.lease").exists()
 
 
 def test_a_rerun_verifies_the_stopped_canary_again_before_moving_on(cluster):
@@ -195,9 +185,7 @@ def rollback(inventory, state, *extra):
             "-e", "upgrade_serial=2", "-e",
             yaml.safe_dump({"upgrade_state_file": str(state), "image_rollout_render_roles": [],
                             "image_rollout_boot_delay": 0, "image_rollout_boot_timeout": 60,
-                            "rocm_verify_gpus": False, "rocm_verify_boot_image": "",
-                            "image_rollout_drain": False,
-                            "image_versions_lease_file": str(state.parent / "rollout.lease")},
+                            "rocm_verify_gpus": False, "rocm_verify_boot_image": ""},
                            default_flow_style=True).strip(), *extra]
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
