@@ -82,6 +82,12 @@ def netboot_mgmt_interface(mgmt, facts):
     return ""
 
 
+def _one_line(value):
+    """``value`` on one line: control characters and runs of whitespace as single spaces."""
+    text = "" if value is None else str(value)
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
 def netboot_grub_entries(nodes):
     """One entry per node: the per-MAC file (relative to the TFTP root) and what it boots.
 
@@ -111,6 +117,12 @@ def netboot_grub_entries(nodes):
             raise AnsibleFilterError(f"netboot_grub_entries: nodes[{index}] ({name}) "
                                      f"boot.server {server} is not an IPv4 address") from None
         args = " ".join(netboot_grub_quote(w) for w in str(boot["cmdline"]).split())
+        reverted = node.get("image_reverted")
+        if reverted:
+            # written into comment lines only: each value on one line (whitespace and
+            # newlines collapsed to single spaces), so no reason can end the comment
+            reverted = {k: _one_line(reverted.get(k))
+                        for k in ("image", "version", "to", "reason", "at")}
         entries.append({
             "name": name,
             "mac": mac,
@@ -126,6 +138,9 @@ def netboot_grub_entries(nodes):
             # come from there; the same paths over TFTP are the fallback
             "http": f"(http,{server})",
             "args": args,
+            # the rollout switched the node back automatically (cluster_model's
+            # image_reverted), or None
+            "reverted": reverted or None,
         })
     return sorted(entries, key=lambda e: e["path"])
 

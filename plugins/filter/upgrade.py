@@ -59,6 +59,11 @@ def upgrade_state_moved(ctx, image, moves):
     return up.state_moved(ctx, image, moves)
 
 
+def upgrade_state_reverted(ctx, image, reverts):
+    """reverts: node -> {from, to, reason, at} (the nodes a rollout switched back)."""
+    return up.state_reverted(ctx, image, reverts or {})
+
+
 def upgrade_state_recorded(ctx, image, version, origin):
     return up.state_recorded(ctx, image, str(version), str(origin))
 
@@ -76,6 +81,41 @@ def upgrade_with_state(ctx, state):
     return dict(ctx, state=up.load_state(state))
 
 
+_POLICY = {
+    "skip": "a node still busy is skipped: given back to Slurm, left on its version, "
+            "reported at the end (nothing is promoted until it moved)",
+    "wait": "the rollout keeps waiting for a node still busy",
+    "kill": "the jobs still running are cancelled (scancel)",
+}
+
+
+def upgrade_drain_describe(plan, query=None, enabled=True, policy="skip", timeout=3600):
+    """The drain part of the plan an operator reads (check mode shows it): the policy, and
+    from ``query`` (rollout_drain state=query on the nodes that move) which of them run jobs
+    now and which someone else drained."""
+    moving = [n for wave in plan.get("waves", []) for n in wave]
+    if not moving:
+        return []
+    if not enabled:
+        return ["  Slurm: the nodes are not drained first (image_rollout_drain is false)"]
+    lines = [f"  drain: each wave is drained in Slurm before it powers off and its jobs are "
+             f"waited for up to {int(timeout)} s; then {_POLICY[policy]} "
+             f"(image_rollout_busy_policy {policy}); a node resumes only after it booted "
+             f"{plan['to']} and passed verification, and one that fails stays drained"]
+    query = query or {}
+    if query.get("failed") or "busy" not in query:
+        why = (query.get("msg") or "no answer").split(" in paths:")[0]
+        lines.append(f"  busy now: unknown (Slurm could not be asked: {why})")
+        return lines
+    busy = query.get("busy") or {}
+    lines.append("  busy now: " + ("; ".join(f"{n} (jobs {', '.join(busy[n])})"
+                                             for n in moving if n in busy)
+                                   or "no job runs on the nodes that move"))
+    for node, reason in sorted((query.get("left_drained") or {}).items()):
+        lines.append(f"  drained by someone else (moves, stays drained): {node} ({reason})")
+    return lines
+
+
 class FilterModule:
     def filters(self):
         return {name: _wrap(func) for name, func in {
@@ -84,11 +124,13 @@ class FilterModule:
             "upgrade_prune_plan": upgrade_prune_plan,
             "upgrade_prune_steps": upgrade_prune_steps,
             "upgrade_state_moved": upgrade_state_moved,
+            "upgrade_state_reverted": upgrade_state_reverted,
             "upgrade_state_recorded": upgrade_state_recorded,
             "upgrade_state_promoted": upgrade_state_promoted,
             "upgrade_state_pruned": upgrade_state_pruned,
             "upgrade_with_state": upgrade_with_state,
             "upgrade_describe": up.describe,
+            "upgrade_drain_describe": upgrade_drain_describe,
             "upgrade_progress": up.progress,
             "upgrade_effective_versions": up.effective_versions,
         }.items()}

@@ -20,8 +20,22 @@ by the upgrade, rollback and prune playbooks)::
         versions:                   # every version dataset, with its origin
           "2026.11.1": {origin: null}
           "2026.12.1": {origin: "2026.11.1"}
+          "2026.12.2": {origin: "2026.12.1"}
     nodes:                          # per-node overrides (a rollout in progress,
-      gpu01: "2026.12.1"            # a partial rollback); node -> version
+      gpu01: "2026.12.2"            # a partial rollback); node -> version
+    reverted:                       # nodes a rollout switched back automatically
+      gpu02:                        # (state_reverted): the node's last outcome
+        image: bookworm-rocm
+        version: "2026.12.2"        # the version it failed on
+        to: "2026.12.1"             # the version it boots again (current: no override)
+        reason: "did not come up within 900 s"   # at most 500 characters
+        at: "2026-12-07T01:02:03Z"  # when (UTC)
+
+``reverted`` is optional and ``load_state`` returns it only when it holds a record (a
+missing, null or empty ``reverted`` is left out), so a state without reverts reads and
+writes exactly as before; read it as ``state.get("reverted", {})``.  A record describes the
+node's last outcome: ``state_moved`` (any later move of the node by a rollout or rollback)
+drops it, and ``state_pruned`` drops the records that name a pruned version.
 
 Which version a node boots (``effective_versions``), first match wins:
 1. the inventory's ``node_image_version`` (an operator's pin; never moved here),
@@ -33,10 +47,14 @@ Which version a node boots (``effective_versions``), first match wins:
 from __future__ import annotations
 
 import copy
+import datetime
 import re
 
 SCHEMA = 1
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+AT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+AT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+REASON_MAX = 500
 
 
 class PlanError(ValueError):
@@ -58,9 +76,10 @@ def _state_error(field, value, problem):
 
 # --------------------------------------------------------------------------- state
 
-STATE_KEYS = ("schema", "images", "nodes")
+STATE_KEYS = ("schema", "images", "nodes", "reverted")
 IMAGE_KEYS = ("current", "previous", "versions")
 VERSION_KEYS = ("origin",)
+REVERT_KEYS = ("image", "version", "to", "reason", "at")
 
 
 def _mapping(field, value, problem):
@@ -113,7 +132,36 @@ def load_state(data):
     raw_nodes = _mapping("nodes", data.get("nodes"), "must be a mapping of node to version")
     for node, ver in raw_nodes.items():
         nodes[str(node)] = _version(f"nodes.{node}", ver)
-    return {"schema": SCHEMA, "images": images, "nodes": nodes}
+    out = {"schema": SCHEMA, "images": images, "nodes": nodes}
+    reverted = _reverted(data.get("reverted"))
+    if reverted:
+        # only when there is one: a state without reverts stays as it was
+        out["reverted"] = reverted
+    return out
+
+
+def _reverted(value):
+    """The ``reverted`` records, validated (node -> {image, version, to, reason, at})."""
+    out = {}
+    raw = _mapping("reverted", value,
+                   f"must be a mapping of node to its revert record ({', '.join(REVERT_KEYS)})")
+    for node, rec in raw.items():
+        field = f"reverted.{node}"
+        rec = _mapping(field, rec, f"must be a mapping ({', '.join(REVERT_KEYS)})")
+        _known_keys(field, rec, REVERT_KEYS, "a revert record")
+        for key in REVERT_KEYS:
+            if rec.get(key) is None:
+                raise _state_error(field, key, "is missing: a revert record has "
+                                   f"{', '.join(REVERT_KEYS[:-1])} and {REVERT_KEYS[-1]}")
+        image = rec["image"]
+        if not isinstance(image, str) or not image.strip():
+            raise _state_error(f"{field}.image", image, "is not an image name")
+        out[str(node)] = {"image": image,
+                          "version": _version(f"{field}.version", rec["version"]),
+                          "to": _version(f"{field}.to", rec["to"]),
+                          "reason": _reason(f"{field}.reason", rec["reason"]),
+                          "at": _at(f"{field}.at", rec["at"])}
+    return out
 
 
 def _version(field, value):
@@ -122,11 +170,38 @@ def _version(field, value):
     return value
 
 
+def _reason(field, value):
+    if not isinstance(value, str) or not value.strip() or len(value) > REASON_MAX:
+        raise _state_error(field, value,
+                           f"is not a reason (a non-empty string of at most {REASON_MAX} "
+                           "characters)")
+    return value
+
+
+def _at(field, value):
+    """A UTC time as written (2026-12-07T01:02:03Z).  A YAML reader that made a datetime
+    of an unquoted one (yaml.safe_load does) gets it back as that string."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC)
+        return value.strftime(AT_FORMAT)
+    try:
+        if isinstance(value, str) and AT_RE.fullmatch(value):
+            datetime.datetime.strptime(value, AT_FORMAT)
+            return value
+    except ValueError:
+        pass
+    raise _state_error(field, value, "is not a UTC time like 2026-12-07T01:02:03Z")
+
+
 def state_problems(ctx):
     """What in the (well-formed) state contradicts itself or the inventory, as
     (field, value, problem): an image not in cluster_images; a current or previous version,
-    an origin, or a node's override that is not a recorded version of its image.  Overrides
-    of hosts that are not nodes (a retired node) are not looked at: nothing boots them."""
+    an origin, or a node's override that is not a recorded version of its image; a revert
+    record whose version or ``to`` is not a recorded version of its image.  Overrides and
+    revert records of hosts that are not nodes (a retired node) are not looked at: nothing
+    boots them; nor is a revert record of an image the node no longer boots (it is stale: the
+    cluster model does not publish it)."""
     problems = []
     state = ctx["state"]
     for name, img in sorted(state["images"].items()):
@@ -154,6 +229,16 @@ def state_problems(ctx):
             problems.append((f"nodes.{node}", ver,
                              f"is not a recorded version of {image}, the image of {node} "
                              f"({', '.join(sorted(known)) or 'none recorded'})"))
+    for node, rec in sorted(state.get("reverted", {}).items()):
+        image = ctx["nodes"].get(node)
+        if image is None or image not in ctx["images"] or rec["image"] != image:
+            continue
+        known = state["images"].get(image, {}).get("versions", {})
+        for key in ("version", "to"):
+            if rec[key] not in known:
+                problems.append((f"reverted.{node}.{key}", rec[key],
+                                 f"is not a recorded version of {image}, the image of {node} "
+                                 f"({', '.join(sorted(known)) or 'none recorded'})"))
     return problems
 
 
@@ -310,7 +395,9 @@ def plan_rollback(ctx, image, only=None, wave_size=1):
 
 def state_moved(ctx, image, moves):
     """The state after ``moves`` (node -> version, or a plan's node -> {from, to}) were
-    carried out."""
+    carried out.  A node moved to the image's current version loses its override.  A moved
+    node's ``reverted`` record is dropped: it told the node's last outcome, and the node has
+    moved again since (``state_reverted`` records it after its move)."""
     state = copy.deepcopy(ctx["state"])
     current = image_current(ctx, image)
     for node, move in moves.items():
@@ -319,6 +406,41 @@ def state_moved(ctx, image, moves):
             state["nodes"].pop(node, None)
         else:
             state["nodes"][node] = version
+        state.get("reverted", {}).pop(node, None)
+    if "reverted" in state and not state["reverted"]:
+        del state["reverted"]  # as load_state gives it: no empty reverted
+    return state
+
+
+def state_reverted(ctx, image, reverts):
+    """The state once a rollout switched nodes back automatically: ``reverts`` is node ->
+    ``{from: <the version it failed on>, to: <the version it boots again>, reason, at}``
+    (``at``: UTC, 2026-12-07T01:02:03Z).  Each node boots ``to`` again, recorded exactly as
+    ``state_moved`` records a move (no override when ``to`` is the current version), and
+    ``reverted.<node>`` holds ``{image, version: <from>, to, reason, at}``.  The reason is
+    stripped and cut to 500 characters; the nodes must be nodes of ``image``, and ``from``
+    and ``to`` recorded versions of it (a record the cluster model would refuse is never
+    written)."""
+    _selected(ctx, image, list(reverts))
+    records = {}
+    for node, rev in reverts.items():
+        if not isinstance(rev, dict) or any(rev.get(k) is None for k in ("from", "to")):
+            raise PlanError(f"revert of {node} {rev!r} must be a mapping "
+                            "{from: <version>, to: <version>, reason, at}")
+        reason = rev.get("reason")
+        if isinstance(reason, str):
+            reason = reason.strip()
+            if len(reason) > REASON_MAX:
+                reason = reason[:REASON_MAX - 3] + "..."
+        records[node] = {"image": image, "version": rev["from"], "to": rev["to"],
+                         "reason": reason, "at": rev.get("at")}
+    state = state_moved(ctx, image, {node: rec["to"] for node, rec in records.items()})
+    if records:
+        state["reverted"] = {**state.get("reverted", {}), **records}
+    state = load_state(state)  # refuses a bad version name, reason or time, naming it
+    for field, value, problem in state_problems(dict(ctx, state=state)):
+        if field.startswith("reverted."):
+            raise _state_error(field, value, problem)
     return state
 
 
@@ -395,7 +517,9 @@ def plan_prune(ctx, image, requested, allow_previous=False):
 
 def state_pruned(ctx, image, versions):
     """The state once ``versions`` are destroyed: they leave the record, and a version cloned
-    from one of them now descends from that one's origin."""
+    from one of them now descends from that one's origin.  A ``reverted`` record of the
+    image that names one of them (as the version failed on or the one switched back to) is
+    dropped: a record never names a version that does not exist."""
     state = copy.deepcopy(ctx["state"])
     known = state["images"].get(image, {}).get("versions", {})
     for version in versions:
@@ -405,6 +529,13 @@ def state_pruned(ctx, image, versions):
         for meta in known.values():
             if meta.get("origin") == version:
                 meta["origin"] = gone.get("origin")
+    reverted = state.get("reverted", {})
+    for node in [n for n, rec in reverted.items()
+                 if rec["image"] == image and (rec["version"] in versions
+                                               or rec["to"] in versions)]:
+        del reverted[node]
+    if "reverted" in state and not reverted:
+        del state["reverted"]
     return state
 
 

@@ -276,11 +276,47 @@ def test_an_override_of_a_host_that_is_not_a_node_is_ignored():
     assert [n["image_version"] for n in model["nodes"]] == ["v2", "v2"]
 
 
+REVERTED = {"image": "bookworm", "version": "v2", "to": "v1",
+            "reason": "did not come up on v2 within 900 s", "at": "2026-12-07T01:02:03Z"}
+
+
+def test_each_node_carries_its_revert_record_or_none():
+    state = dict(promoted(current="v1", previous=None), reverted={"node01": REVERTED})
+    model, errors = build_model(with_state(state))
+    assert errors == []
+    assert node(model, "node01")["image_reverted"] == REVERTED
+    assert node(model, "node02")["image_reverted"] is None
+    assert model["image_state"]["reverted"] == {"node01": REVERTED}
+    # stale: pinned to another version since, the node does not boot the record's `to`
+    model, errors = build_model(with_state(state, pins={"node01": "v2"}))
+    assert errors == []
+    assert node(model, "node01")["image_reverted"] is None
+    # no reverts: None everywhere, and the published state has no reverted
+    model, errors = build_model(with_state(promoted()))
+    assert [n["image_reverted"] for n in model["nodes"]] == [None, None]
+    assert "reverted" not in model["image_state"]
+
+
+@pytest.mark.parametrize(("reverted", "message"), [
+    ({"node01": {**REVERTED, "version": "v7"}},
+     f"{STATE_FILE}: reverted.node01.version v7 is not a recorded version of bookworm, the "
+     "image of node01 (v1, v2)"),
+    ({"node01": {**REVERTED, "at": "yesterday"}},
+     f"{STATE_FILE}: reverted.node01.at yesterday is not a UTC time like "
+     "2026-12-07T01:02:03Z"),
+])
+def test_a_bad_revert_record_is_refused_naming_file_field_and_value(reverted, message):
+    model, errors = build_model(with_state(dict(promoted(), reverted=reverted)))
+    assert model is None
+    assert errors == [message]
+
+
 @pytest.mark.parametrize(("state", "message"), [
     ([], f"{STATE_FILE}: [] must be a mapping of schema, images and nodes"),
     ({"schema": 2, "images": {}}, f"{STATE_FILE}: schema 2 is not 1"),
     ({"node": {"node01": "v2"}},
-     f"{STATE_FILE}: node is not a key of the image state (schema, images, nodes)"),
+     f"{STATE_FILE}: node is not a key of the image state (schema, images, nodes, "
+     "reverted)"),
     ({"images": ["bookworm"]},
      f"{STATE_FILE}: images ['bookworm'] must be a mapping of image name to its record"),
     ({"images": {"bookworm": {"current": "v1", "versions": V12, "latest": "v2"}}},

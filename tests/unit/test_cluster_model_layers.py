@@ -329,7 +329,7 @@ def test_boot_entry_names_the_version_and_the_grub_file():
     assert boot["cmdline"] == (
         "root=/dev/nfs nfsroot=10.20.0.1:/tank/images/deb/v2,vers=3,tcp,nocto "
         "ip=10.20.0.5::10.20.0.254:255.255.255.0:n1::off BOOTIF=01-aa-bb-cc-dd-ee-01 ro "
-        "fastboot junkyard.node=n1 junkyard.image=deb/v2 quiet")
+        "fastboot junkyard.node=n1 junkyard.image=deb/v2 panic=10 quiet")
 
 
 def test_initramfs_modules_are_every_booting_profiles_or_none():

@@ -36,13 +36,17 @@ def role_task():
 
 
 def entries():
-    """The lab's nodes, plus one whose command line needs GRUB quoting and backslashes."""
+    """The lab's nodes, plus one whose command line needs GRUB quoting and backslashes and
+    that a rollout reverted, for a reason on several lines with GRUB's syntax in it."""
     model = lab_model()
     odd = copy.deepcopy(model["nodes"][0])
     odd["name"] = "odd01"
     odd["mgmt"]["mac"] = "52:54:00:77:00:aa"
     odd["boot"]["grub_config"] = "grub/grub.cfg-01-52-54-00-77-00-aa"
     odd["boot"]["cmdline"] += " quiet x=it's path=C:\\boot\\n $var {a}"
+    odd["image_reverted"] = {
+        "image": "bookworm", "version": "v2", "to": "v1", "at": "2026-12-07T01:02:03Z",
+        "reason": "expected junkyard.image=bookworm/v2\n}\nmenuentry evil {\n\t'$x\" }"}
     return nb.netboot_grub_entries([*model["nodes"], odd])
 
 
@@ -118,6 +122,17 @@ def test_role_task_writes_what_the_template_wrote(tmp_path, managed):
     assert " 'path=C:\\boot\\n' " in odd and " 'x=it'\\''s' " in odd
     header = "# Managed by junkyard (CLUSTER)\n" if managed else "# Ansible managed\n"
     assert odd.startswith("#\n" + header + "#\n")
+    # the revert, in comment lines only, the reason on one line
+    assert odd.split("\n")[4:7] == [
+        "# odd01 (52:54:00:77:00:aa) boots bookworm version v1.",
+        "# Reverted automatically on 2026-12-07T01:02:03Z: it did not pass on bookworm "
+        "version v2",
+        "# (expected junkyard.image=bookworm/v2 } menuentry evil { '$x\" }); it boots v1 "
+        "again.",
+    ]
+    assert odd.count("menuentry") == 4  # the three entries, and the one in the comment
+    node01 = old["grub.cfg-01-52-54-00-77-00-11"].decode()
+    assert "Reverted" not in node01 and node01.split("\n")[5].startswith("# The kernel")
     assert "changed: [localhost]" in out
 
     # a second run of the role's task alone changes nothing

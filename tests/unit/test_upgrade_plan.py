@@ -5,6 +5,7 @@ ZFS prune steps; the filter wrappers."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -329,3 +330,217 @@ def test_state_after_prune_relinks_the_lineage():
 def test_prune_the_previous_version_when_allowed():
     plan = up.plan_prune(ctx(PROMOTED), "bookworm-rocm", ["2026.11.1"], allow_previous=True)
     assert plan["prune"] == ["2026.11.1"] and plan["refused"] == {}
+
+
+DRAIN_PLAN = {"to": "v2", "waves": [["node01"], ["node02", "node03"]]}
+
+
+def test_drain_describe_shows_the_policy_and_the_busy_nodes():
+    query = {"busy": {"node03": ["41 (alice)", "42 (bob)"], "other": ["9 (carol)"]},
+             "left_drained": {"node02": "operator: reseat GPU 3"}}
+    lines = filters.upgrade_drain_describe(DRAIN_PLAN, query)
+    assert lines[0].startswith("  drain: each wave is drained in Slurm before it powers off "
+                               "and its jobs are waited for up to 3600 s; then a node still "
+                               "busy is skipped")
+    assert "(image_rollout_busy_policy skip)" in lines[0] and "booted v2" in lines[0]
+    assert lines[1:] == [
+        "  busy now: node03 (jobs 41 (alice), 42 (bob))",
+        "  drained by someone else (moves, stays drained): node02 (operator: reseat GPU 3)"]
+
+
+@pytest.mark.parametrize(("query", "line"), [
+    ({"busy": {}}, "  busy now: no job runs on the nodes that move"),
+    ({"failed": True, "msg": 'Failed to find required executable "scontrol" in paths: /a:/b'},
+     '  busy now: unknown (Slurm could not be asked: Failed to find required executable '
+     '"scontrol")'),
+    ({"skipped": True}, "  busy now: unknown (Slurm could not be asked: no answer)"),
+])
+def test_drain_describe_when_slurm_says_nothing_or_cannot_be_asked(query, line):
+    assert filters.upgrade_drain_describe(DRAIN_PLAN, query)[-1] == line
+
+
+def test_drain_describe_policies_and_no_drain():
+    assert "the jobs still running are cancelled (scancel)" in filters.upgrade_drain_describe(
+        DRAIN_PLAN, {"busy": {}}, True, "kill", 60)[0]
+    assert "keeps waiting" in filters.upgrade_drain_describe(DRAIN_PLAN, {"busy": {}}, True,
+                                                             "wait")[0]
+    assert filters.upgrade_drain_describe(DRAIN_PLAN, None, False) == [
+        "  Slurm: the nodes are not drained first (image_rollout_drain is false)"]
+    assert filters.upgrade_drain_describe({"to": "v2", "waves": []}, None) == []
+
+
+# --------------------------------------------------------------------------- reverted
+
+V3 = {"2026.11.1": {"origin": None}, "2026.12.1": {"origin": "2026.11.1"},
+      "2026.12.2": {"origin": "2026.12.1"}}
+AT = "2026-12-07T01:02:03Z"
+
+
+def record(version="2026.12.2", to="2026.12.1", reason="did not come up within 900 s",
+           image="bookworm-rocm", at=AT):
+    return {"image": image, "version": version, "to": to, "reason": reason, "at": at}
+
+
+def reverted_state(reverted, nodes=None):
+    return dict(state(current="2026.12.1", previous="2026.11.1", versions=V3, nodes=nodes),
+                reverted=reverted)
+
+
+@pytest.mark.parametrize("reverted", [None, {}, "missing"])
+def test_a_state_without_reverts_loads_as_before(reverted):
+    data = state(nodes={"gpu01": "2026.11.1"})
+    if reverted != "missing":
+        data["reverted"] = reverted
+    loaded = up.load_state(data)
+    assert "reverted" not in loaded
+    assert loaded == state(nodes={"gpu01": "2026.11.1"})
+    assert up.load_state(None) == {"schema": 1, "images": {}, "nodes": {}}
+
+
+def test_a_revert_record_loads_and_an_unquoted_time_comes_back_as_written():
+    import datetime
+    data = reverted_state({"gpu02": record()})
+    assert up.load_state(data) == data
+    for at in (datetime.datetime(2026, 12, 7, 1, 2, 3),
+               datetime.datetime(2026, 12, 7, 2, 2, 3,
+                                 tzinfo=datetime.timezone(datetime.timedelta(hours=1)))):
+        loaded = up.load_state(reverted_state({"gpu02": record(at=at)}))
+        assert loaded["reverted"]["gpu02"]["at"] == AT
+
+
+@pytest.mark.parametrize("reverted, message", [
+    (["gpu02"], "image state: reverted ['gpu02'] must be a mapping of node to its revert "
+                "record (image, version, to, reason, at)"),
+    ({"gpu02": "v1"}, "image state: reverted.gpu02 'v1' must be a mapping "
+                      "(image, version, to, reason, at)"),
+    ({"gpu02": dict(record(), why="x")},
+     "image state: reverted.gpu02 'why' is not a key of a revert record "
+     "(image, version, to, reason, at)"),
+    ({"gpu02": {k: v for k, v in record().items() if k != "reason"}},
+     "image state: reverted.gpu02 'reason' is missing: a revert record has image, version, "
+     "to, reason and at"),
+    ({"gpu02": record(image=3)}, "image state: reverted.gpu02.image 3 is not an image name"),
+    ({"gpu02": record(version="a b")},
+     "image state: reverted.gpu02.version 'a b' is not a version name"),
+    ({"gpu02": record(to=2026.11)}, "image state: reverted.gpu02.to 2026.11 is not a version "
+                                    "name"),
+    ({"gpu02": record(reason=" \n")}, "image state: reverted.gpu02.reason ' \\n' is not a "
+                                      "reason (a non-empty string of at most 500 characters)"),
+    ({"gpu02": record(reason="x" * 501)}, "image state: reverted.gpu02.reason 'xxx"),
+    ({"gpu02": record(reason=["x"])}, "image state: reverted.gpu02.reason ['x'] is not a "
+                                      "reason"),
+    ({"gpu02": record(at="2026-12-07 01:02:03")},
+     "image state: reverted.gpu02.at '2026-12-07 01:02:03' is not a UTC time like "
+     "2026-12-07T01:02:03Z"),
+    ({"gpu02": record(at="2026-13-07T01:02:03Z")},
+     "image state: reverted.gpu02.at '2026-13-07T01:02:03Z' is not a UTC time"),
+    ({"gpu02": record(at=1765069323)}, "image state: reverted.gpu02.at 1765069323 is not a "
+                                       "UTC time"),
+])
+def test_a_bad_revert_record_is_refused_naming_field_and_value(reverted, message):
+    with pytest.raises(up.PlanError) as exc:
+        up.load_state(reverted_state(reverted))
+    assert str(exc.value).startswith(message), str(exc.value)
+    assert exc.value.field.startswith("reverted")
+
+
+def test_state_problems_of_revert_records():
+    s = reverted_state({
+        "gpu02": record(version="2026.12.9"),          # failed on a version not recorded
+        "gpu03": record(to="2026.10.1"),               # switched back to one not recorded
+        "gpu04": record(),                             # fine
+        "gpu09": record(version="x1", to="x2"),        # not a node (retired): not looked at
+        "gpu07": record(version="x1", to="x2"),        # another image than gpu07's: stale
+    })
+    assert up.state_problems(ctx(s)) == [
+        ("reverted.gpu02.version", "2026.12.9",
+         "is not a recorded version of bookworm-rocm, the image of gpu02 "
+         "(2026.11.1, 2026.12.1, 2026.12.2)"),
+        ("reverted.gpu03.to", "2026.10.1",
+         "is not a recorded version of bookworm-rocm, the image of gpu03 "
+         "(2026.11.1, 2026.12.1, 2026.12.2)")]
+
+
+def test_a_node_reverted_to_the_current_version_loses_its_override():
+    before = ctx(reverted_state({}, nodes={"gpu02": "2026.12.2", "gpu03": "2026.12.2"}))
+    after = up.state_reverted(before, "bookworm-rocm", {"gpu02": {
+        "from": "2026.12.2", "to": "2026.12.1", "reason": "  did not come up within 900 s\n",
+        "at": AT}})
+    # exactly as state_moved records the move back, plus the record
+    moved = up.state_moved(before, "bookworm-rocm", {"gpu02": "2026.12.1"})
+    assert after == dict(moved, reverted={"gpu02": record()})
+    assert after["nodes"] == {"gpu03": "2026.12.2"}
+    eff = up.effective_versions(up.make_context(IMAGES, NODES, {}, after))
+    assert eff["gpu02"] == {"image": "bookworm-rocm", "version": "2026.12.1", "source": "state"}
+    assert up.load_state(after) == after
+
+
+def test_a_node_reverted_to_another_version_keeps_an_override_and_other_records_stay():
+    c = ctx(reverted_state({"gpu05": record()}, nodes={"gpu02": "2026.12.1"}))
+    after = filters.FilterModule().filters()["upgrade_state_reverted"](
+        c, "bookworm-rocm", {"gpu02": {"from": "2026.12.1", "to": "2026.11.1",
+                                       "reason": "health gate: GPU 3 missing", "at": AT}})
+    assert after["nodes"] == {"gpu02": "2026.11.1"}
+    assert after["reverted"] == {
+        "gpu05": record(),
+        "gpu02": record(version="2026.12.1", to="2026.11.1",
+                        reason="health gate: GPU 3 missing")}
+    assert up.state_problems(up.make_context(IMAGES, NODES, {}, after)) == []
+
+
+def test_a_long_reason_is_cut_to_500_characters():
+    after = up.state_reverted(ctx(reverted_state({})), "bookworm-rocm", {"gpu02": {
+        "from": "2026.12.2", "to": "2026.12.1", "reason": "y" * 900, "at": AT}})
+    assert after["reverted"]["gpu02"]["reason"] == "y" * 497 + "..."
+
+
+@pytest.mark.parametrize("reverts, message", [
+    ({"gpu07": {"from": "2026.12.2", "to": "2026.12.1", "reason": "r", "at": AT}},
+     "nodes gpu07 do not boot image bookworm-rocm"),
+    ({"gpu99": {"from": "2026.12.2", "to": "2026.12.1", "reason": "r", "at": AT}},
+     "nodes gpu99 are not in the gpu_nodes group"),
+    ({"gpu02": {"to": "2026.12.1", "reason": "r", "at": AT}},
+     "revert of gpu02 {'to': '2026.12.1', 'reason': 'r', 'at': '2026-12-07T01:02:03Z'} "
+     "must be a mapping {from: <version>, to: <version>, reason, at}"),
+    ({"gpu02": {"from": "2026.12.2", "to": "2026.10.1", "reason": "r", "at": AT}},
+     "image state: reverted.gpu02.to '2026.10.1' is not a recorded version of bookworm-rocm"),
+    ({"gpu02": {"from": "2026.12.2", "to": "2026.12.1", "reason": "", "at": AT}},
+     "image state: reverted.gpu02.reason '' is not a reason"),
+    ({"gpu02": {"from": "2026.12.2", "to": "2026.12.1", "reason": "r", "at": "now"}},
+     "image state: reverted.gpu02.at 'now' is not a UTC time"),
+])
+def test_state_reverted_refuses_what_the_model_would_refuse(reverts, message):
+    with pytest.raises(up.PlanError) as exc:
+        up.state_reverted(ctx(reverted_state({})), "bookworm-rocm", reverts)
+    assert str(exc.value).startswith(message), str(exc.value)
+    with pytest.raises(AnsibleFilterError, match="^" + re.escape(message)):
+        filters.FilterModule().filters()["upgrade_state_reverted"](
+            ctx(reverted_state({})), "bookworm-rocm", reverts)
+
+
+def test_a_move_drops_the_nodes_revert_record():
+    c = ctx(reverted_state({"gpu02": record(), "gpu03": record()}))
+    after = up.state_moved(c, "bookworm-rocm", {"gpu02": {"from": "2026.12.1",
+                                                          "to": "2026.12.2"}})
+    assert after["reverted"] == {"gpu03": record()}
+    assert after["nodes"] == {"gpu02": "2026.12.2"}
+    after = up.state_moved(up.make_context(IMAGES, NODES, {}, after), "bookworm-rocm",
+                           {"gpu03": "2026.12.1"})
+    assert "reverted" not in after  # the last one gone: the state reads as before
+    assert after == up.load_state(after)
+
+
+def test_prune_drops_the_revert_records_that_name_a_pruned_version():
+    s = reverted_state({"gpu02": record(),                                  # failed on .2
+                        "gpu03": record(version="2026.12.1", to="2026.11.1"),
+                        "gpu07": record(image="bookworm-cpu", version="c2", to="c1")},
+                       nodes={"gpu03": "2026.11.1"})
+    after = up.state_pruned(ctx(s), "bookworm-rocm", ["2026.12.2"])
+    assert set(after["reverted"]) == {"gpu03", "gpu07"}
+    assert "2026.12.2" not in after["images"]["bookworm-rocm"]["versions"]
+    after = up.state_pruned(up.make_context(IMAGES, NODES, {}, after), "bookworm-rocm",
+                            ["2026.11.1"])
+    assert after["reverted"] == {"gpu07": s["reverted"]["gpu07"]}  # another image's record
+    after = up.state_pruned(ctx(reverted_state({"gpu02": record()})), "bookworm-rocm",
+                            ["2026.12.2"])
+    assert "reverted" not in after

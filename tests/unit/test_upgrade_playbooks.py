@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import yaml
+from ansible_collections.junkyard.cluster.plugins.module_utils import rollout_lease
 
 from tests.conftest import REPO
 
@@ -24,6 +25,7 @@ def run(playbook, tmp_path, *extra, state=None, check=True):
     argv = ["ansible-playbook", "-i", str(INVENTORY), str(REPO / "playbooks" / playbook),
             "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}",
             "-e", f"upgrade_state_file={state_file}",
+            "-e", f"image_versions_lease_file={tmp_path / 'junkyard' / 'rollout.lease'}",
             *extra]
     if check:
         argv.append("--check")
@@ -50,7 +52,13 @@ def test_upgrade_check_mode_shows_canary_and_waves_and_changes_nothing(tmp_path)
     assert "wave 1: gpu01 2026.11.1 -> 2026.12.1, gpu02 2026.11.1 -> 2026.12.1, gpu03" in out
     assert "wave 2: gpu05 2026.11.1 -> 2026.12.1, gpu06 2026.11.1 -> 2026.12.1, gpu07" in out
     assert "then 2026.12.1 becomes the current version of bookworm-rocm" in out
+    # the drain policy (the defaults) and, this machine running no Slurm, busy nodes unknown
+    assert ("drain: each wave is drained in Slurm before it powers off and its jobs are waited"
+            " for up to 3600 s; then a node still busy is skipped") in " ".join(out.split())
+    assert ("busy now: unknown (Slurm could not be asked: Failed to find required executable"
+            ' \\"scontrol\\"') in " ".join(out.split())
     assert not state_file.exists()
+    assert not (tmp_path / "junkyard").exists()  # the lease was not taken
     assert "changed=0" in out and "failed=0" in out
 
 
@@ -163,3 +171,17 @@ def test_prune_records_the_state_and_keeps_the_old_one_before_it_destroys_anythi
     steps = [t["name"] for t in yaml.safe_load((tasks_dir / "record.yml").read_text())]
     assert steps.index("Keep the state this write replaces next to it (.prev)") < \
         steps.index("Write the image state")
+
+
+def test_check_mode_is_refused_while_another_rollout_holds_the_lease(tmp_path):
+    lease = tmp_path / "junkyard" / "rollout.lease"
+    rollout_lease.acquire(str(lease), "alice@ops1", "20261206T210000Z-0001", "bookworm-rocm",
+                          "2026.12.1", 600)
+    held = lease.read_text()
+    proc, _unused = run("upgrade_rocm.yml", tmp_path, "-e", "version=2026.12.1")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "canary: gpu01 2026.11.1 -> 2026.12.1" in out  # the plan is shown first
+    assert (f"another rollout holds {lease}: run 20261206T210000Z-0001 by alice@ops1 "
+            "(bookworm-rocm -> 2026.12.1), started") in out
+    assert lease.read_text() == held

@@ -8,8 +8,11 @@ local), the image state in a temporary file with the new version already built.
   again from the state file the wave wrote, boots the wave's nodes at the new version (a
   stand-in render role records the boot entries it is given);
 - failure: the canary's verify fails (this machine did not boot junkyard.image=<image>/v2):
-  the rollout stops, the second node's BMC never gets a command, nothing is promoted, and the
-  state keeps the canary's move for the operator.
+  the canary is reverted to v1 and power-cycled again, automatically, the rollout stops, the
+  second node's BMC never gets a command, nothing is promoted, and the state records the
+  revert; a canary that passes on v1 after its revert is back; without the revert
+  (image_rollout_revert false) the state keeps the canary's move for the operator, and a
+  re-run verifies it again in place.
 """
 
 from __future__ import annotations
@@ -90,8 +93,15 @@ def upgrade(inventory, state, *extra, render_roles=(), roles_path=None):
             "-e", "version=v2", "-e", "upgrade_serial=1", "-e",
             yaml.safe_dump({"upgrade_state_file": str(state),
                             "image_rollout_render_roles": [{"name": r} for r in render_roles],
-                            "image_rollout_boot_delay": 0, "image_rollout_boot_timeout": 60,
-                            "rocm_verify_gpus": False}, default_flow_style=True).strip(),
+                            # the head cannot watch this machine boot (no SSH port on
+                            # the lab's addresses, no boot files served): Ansible's own
+                            # connection instead (the lab watches for real)
+                            "image_rollout_boot_watch": False, "image_rollout_boot_timeout": 60,
+                            "rocm_verify_gpus": False,
+                            # this machine runs no Slurm (the lab drains for real)
+                            "image_rollout_drain": False,
+                            "image_versions_lease_file": str(state.parent / "rollout.lease")},
+                           default_flow_style=True).strip(),
             *extra]
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
@@ -136,29 +146,71 @@ def test_rollout_power_cycles_verifies_and_promotes(cluster, tmp_path):
     assert before["nodes"] == {"node01": "v2", "node02": "v2"}
     assert before["images"]["bookworm"]["current"] == "v1"
     assert "image-state.yml.prev" in state.read_text().splitlines()[2]
+    # the run's lease on the head was taken by the plan and released at the end
+    assert "Take the rollout lease" in out and "released" in out
+    assert not state.with_name("rollout.lease").exists()
 
 
-def test_a_failed_canary_stops_the_rollout(cluster):
+def test_a_failed_canary_is_reverted_and_stops_the_rollout(cluster):
+    """The canary fails its verify (this machine did not boot junkyard.image=bookworm/v2): it
+    is switched back to v1 and power-cycled again, automatically; it fails there too (this
+    machine did not boot v1 either), so it is left out; the second BMC never gets a command,
+    nothing is promoted, and the state records the revert."""
     inventory, state, markers, _unused = cluster
     proc = upgrade(inventory, state)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "expected junkyard.image=bookworm/v2" in out
-    assert powered(markers["node01"]) == ["on"]
+    assert "expected junkyard.image=bookworm/v1" in out
+    assert "reverting automatically: node01 v2 -> v1" in out, out[-5000:]
+    assert "it was reverted automatically to v1 but did not pass there either" in out
+    assert powered(markers["node01"]) == ["on", "on"]  # the move, then the revert
     assert powered(markers["node02"], timeout=2) == []  # its BMC never got a command
     final = yaml.safe_load(state.read_text())
     assert final["images"]["bookworm"]["current"] == "v1"
-    assert final["nodes"] == {"node01": "v2"}
+    assert final["nodes"] == {}
+    revert = final["reverted"]["node01"]
+    assert (revert["image"], revert["version"], revert["to"]) == ("bookworm", "v2", "v1")
+    assert "expected junkyard.image=bookworm/v2" in revert["reason"], revert
     assert "current version is now" not in out
-    assert yaml.safe_load(state.with_name(state.name + ".prev").read_text()) == STATE
+    # the step before the revert: the canary's move
+    assert yaml.safe_load(state.with_name(state.name + ".prev").read_text())["nodes"] == {
+        "node01": "v2"}
+    # the failed run gave the lease back: the operator's re-run is not refused
+    assert "the rollout lease was released" in out
+    assert not state.with_name("rollout.lease").exists()
+
+
+def test_a_canary_failing_its_checks_is_back_on_its_old_version(cluster, tmp_path):
+    """A site check fails on the canary's first run only (on v2) and passes after its revert
+    (on v1): the canary is back on v1, passed its checks there; the rollout stops there."""
+    inventory, state, markers, _unused = cluster
+    flag = tmp_path / "checked-once"
+    check = yaml.safe_dump({"rocm_verify_commands": [
+        f"test -e {flag} || {{ touch {flag}; echo first run fails; exit 1; }}"]},
+        default_flow_style=True).strip()
+    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=", "-e", check)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert "first run fails" in out
+    assert ("it was reverted automatically to v1, booted it again, passed its checks there "
+            "and is back in Slurm") in out, out[-5000:]
+    assert powered(markers["node01"]) == ["on", "on"]
+    assert powered(markers["node02"], timeout=2) == []
+    final = yaml.safe_load(state.read_text())
+    assert final["nodes"] == {} and final["images"]["bookworm"]["current"] == "v1"
+    assert final["reverted"]["node01"]["version"] == "v2"
+    assert "first run fails" in final["reverted"]["node01"]["reason"]
 
 
 def test_a_rerun_verifies_the_stopped_canary_again_before_moving_on(cluster):
-    """The canary fails a site check; running again with the check still failing stops
-    before anyone else moves (the canary is not power-cycled again); once it passes, the
-    canary is verified again in place, the next wave moves and the version is promoted."""
+    """Without the revert (image_rollout_revert false) the canary that fails a site check stays
+    on v2; running again with the check still failing stops before anyone else moves (the
+    canary is not power-cycled again); once it passes, the canary is verified again in place,
+    the next wave moves and the version is promoted."""
     inventory, state, markers, _unused = cluster
-    check = '{"rocm_verify_commands": ["true", "test -e /nonexistent/junkyard-check"]}'
+    check = ('{"rocm_verify_commands": ["true", "test -e /nonexistent/junkyard-check"], '
+             '"image_rollout_revert": false}')
     for attempt in range(2):
         proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=", "-e", check)
         out = proc.stdout + proc.stderr
@@ -169,7 +221,8 @@ def test_a_rerun_verifies_the_stopped_canary_again_before_moving_on(cluster):
         assert powered(markers["node01"]) == ["on"]  # cycled once, by the first run
         assert powered(markers["node02"], timeout=2) == []
         assert yaml.safe_load(state.read_text())["nodes"] == {"node01": "v2"}
-    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=")
+    proc = upgrade(inventory, state, "-e", "rocm_verify_boot_image=", "-e",
+                   "image_rollout_revert=false")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert "canary:" not in out and "wave 1: node02 v1 -> v2" in out
@@ -184,8 +237,13 @@ def rollback(inventory, state, *extra):
     argv = ["ansible-playbook", "-i", str(inventory), str(REPO / "playbooks" / "rollback.yml"),
             "-e", "upgrade_serial=2", "-e",
             yaml.safe_dump({"upgrade_state_file": str(state), "image_rollout_render_roles": [],
-                            "image_rollout_boot_delay": 0, "image_rollout_boot_timeout": 60,
-                            "rocm_verify_gpus": False, "rocm_verify_boot_image": ""},
+                            # the head cannot watch this machine boot (no SSH port on
+                            # the lab's addresses, no boot files served): Ansible's own
+                            # connection instead (the lab watches for real)
+                            "image_rollout_boot_watch": False, "image_rollout_boot_timeout": 60,
+                            "rocm_verify_gpus": False, "rocm_verify_boot_image": "",
+                            "image_rollout_drain": False,
+                            "image_versions_lease_file": str(state.parent / "rollout.lease")},
                            default_flow_style=True).strip(), *extra]
     env = dict(os.environ, JUNKYARD_LAB_BMC_PASSWORD=SimOptions().password,
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",

@@ -40,6 +40,14 @@ def boot_entry(node, version, profile, mgmt_net, head_ip, nfs_version):
         "fastboot",
         f"junkyard.node={node['name']}",
         f"junkyard.image={version['tag']}",
+        # a kernel or initramfs that cannot mount the root panics; without panic= the
+        # node then hangs until someone power-cycles it (an image rollout only notices at
+        # its deadline).  With it the node reboots after 10 s and starts its boot again,
+        # which the head sees as a second kernel fetch: the rollout's boot-loop signal.
+        # initramfs-tools' own panic() honours it too (it reboots instead of opening its
+        # shell).  Before the profile's words: the kernel takes the last panic=, so a
+        # profile's kernel_cmdline can set another delay.
+        "panic=10",
         *profile["kernel_cmdline"],
     ]
     boot_dir = version["boot_dir"]

@@ -51,15 +51,28 @@ def _check_pins(ctx, source, err):
 
 
 def settle_versions(ctx, images, nodes):
-    """Set each node's ``image_version`` (the version it boots) and its source, and
-    each image's current and previous version, from the context."""
+    """Set each node's ``image_version`` (the version it boots) and its source, its
+    ``image_reverted`` (see :func:`reverted_record`), and each image's current and
+    previous version, from the context."""
     effective = upgrade_plan.effective_versions(ctx)
     for n in nodes:
         n["image_version"] = effective[n["name"]]["version"]
         n["image_version_source"] = effective[n["name"]]["source"]
+        n["image_reverted"] = reverted_record(ctx, n)
     for name, img in images.items():
         img["current_version"] = upgrade_plan.image_current(ctx, name)
         img["previous_version"] = ctx["state"]["images"].get(name, {}).get("previous")
+
+
+def reverted_record(ctx, node):
+    """The state's ``reverted`` record of ``node`` (``{image, version, to, reason, at}``:
+    a rollout switched it back automatically from ``version`` to ``to``), or None.  Also
+    None when the record is stale: the node no longer boots its ``image`` and ``to`` (an
+    inventory pin or another image since)."""
+    rec = ctx["state"].get("reverted", {}).get(node["name"])
+    if rec is None or (rec["image"], rec["to"]) != (node["image"], node["image_version"]):
+        return None
+    return dict(rec)
 
 
 def published_context(ctx):
