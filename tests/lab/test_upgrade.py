@@ -281,19 +281,22 @@ def test_upgrade_jobs_lease_revert_rollback_and_prune(lab, site, lab_log):
     assert lab.ssh(f"test -e {LEASE}").returncode != 0, "the skipping run kept its lease"
     record = job_end(lab, job)
     assert "JobState=COMPLETED" in record and "ExitCode=0:0" in record, record
-    # v3 was built: a clone of v2 with the new kernel, served through its own bind mount
+    # v3 was built: a clone of v2 with the new kernel (vmlinuz.old: the old one, GRUB's
+    # "previous kernel" entry); v2 serves its /boot through its own bind mount, nothing copied
+    # (v3's is mounted once a node boots it, step 3)
     zfs = lab.ssh(f"zfs get -H -o value origin,readonly,junkyard:origin {IMAGES}/v3"
                   ).stdout.split()
     assert zfs == [f"{IMAGES}/v2@v3", "on", "v2"], zfs
     boots = lab.ssh(
-        f"readlink -f {TFTP}/v3/boot/vmlinuz; readlink -f {TFTP}/v3/boot/initrd.img; "
-        f"readlink /{IMAGES}/v3/boot/vmlinuz.old; findmnt -n -o SOURCE {TFTP}/v3/boot; "
+        f"readlink -f /{IMAGES}/v3/boot/vmlinuz; readlink -f /{IMAGES}/v3/boot/initrd.img; "
+        f"readlink /{IMAGES}/v3/boot/vmlinuz.old; findmnt -n -o SOURCE {TFTP}/v2/boot; "
         f"readlink -f {TFTP}/v2/boot/vmlinuz").stdout.split()
+    assert len(boots) == 5, boots
     new_vmlinuz, new_initrd, old_link, source, v2_vmlinuz = boots
     assert new_vmlinuz.endswith("-cloud-amd64"), boots
     assert new_initrd.endswith(new_vmlinuz.rsplit("vmlinuz-", 1)[1]), boots
     assert old_link.endswith(old_kernel) and v2_vmlinuz.endswith(old_kernel), boots
-    assert source == f"{IMAGES}/v3[/boot]", boots
+    assert source == f"{IMAGES}/v2[/boot]", boots
 
     # 3. v3's kernel loses its NFS root: an initramfs with nothing in it (an operator's
     # broken kernel package, made here by hand on the sealed version)
