@@ -18,7 +18,7 @@ key: different per node, the same after every reboot and version move, issue 22)
 3. v3's cloud kernel is given an initramfs without NFS root support (the kernel has neither
    ROOT_NFS nor IP_PNP built in: without its initramfs it cannot mount its root, panics, and
    ``panic=10`` restarts it); the same upgrade again: node01 boots v3, panics, starts again;
-   the head sees its second kernel fetch (a boot loop) and reverts it to v2 by itself: it
+   the head sees its third kernel fetch (a boot loop) and reverts it to v2 by itself: it
    boots v2 again, passes its checks there and is back in Slurm; the state file and node01's
    GRUB file say what happened; nothing is promoted; node02 is never touched;
 4. rollback.yml with both nodes in one wave: both boot v1 again, v1 is current; a version a
@@ -310,13 +310,13 @@ def test_upgrade_jobs_lease_revert_rollback_and_prune(lab, site, lab_log):
     out = " ".join(res.stdout.split())
     assert res.returncode != 0, res.stdout[-6000:]
     assert "upgrade v2 -> v3 (version exists)" in out, res.stdout[-6000:]
-    assert "node01 started its boot 2 times" in out, res.stdout[-6000:]
+    assert "node01 started its boot 3 times" in out, res.stdout[-6000:]
     assert ("it was reverted automatically to v2, booted it again, passed its checks there "
             "and is back in Slurm") in out, res.stdout[-6000:]
     assert "node01: health gate passed" in out, res.stdout[-6000:]
-    # the head saw it: v3's kernel twice (the loop), then v2's
+    # the head saw it: v3's kernel three times (the loop), then v2's
     fetched = kernel_fetches(lab, "10.77.0.11", mark)
-    assert fetched == ["/images/bookworm/v3/boot/vmlinuz"] * 2 + [
+    assert fetched == ["/images/bookworm/v3/boot/vmlinuz"] * 3 + [
         "/images/bookworm/v2/boot/vmlinuz"], fetched
     assert kernel_fetches(lab, "10.77.0.12", mark) == [], "node02 booted"
     assert lab.qemu_pid(node02) == pids["node02"], "node02 was power-cycled"
@@ -327,7 +327,7 @@ def test_upgrade_jobs_lease_revert_rollback_and_prune(lab, site, lab_log):
     assert st["images"]["bookworm"]["current"] == "v2" and st["nodes"] == {}, st
     rev = st["reverted"]["node01"]
     assert (rev["image"], rev["version"], rev["to"]) == ("bookworm", "v3", "v2"), rev
-    assert "started its boot 2 times" in rev["reason"] and rev["at"].endswith("Z"), rev
+    assert "started its boot 3 times" in rev["reason"] and rev["at"].endswith("Z"), rev
     mac = next(nic.mac for nic in node01.nics if nic.net == "mgmt")
     grub = lab.ssh("cat /srv/tftp/grub/grub.cfg-01-" + mac.replace(":", "-")).stdout
     assert "# Reverted automatically on " in grub and "bookworm version v3" in grub, grub

@@ -115,10 +115,13 @@ def test_role_task_writes_what_the_template_wrote(tmp_path, managed):
     assert "set timeout=7\n" in odd
     # HTTP first (current, previous kernel), the same files over TFTP as the fallback
     assert "set fallback=2\n" in odd
-    assert "\n  linux '(http,10.77.0.1)/images/bookworm/v1/boot/vmlinuz' root=/dev/nfs " in odd
-    assert "\n  initrd '(http,10.77.0.1)/images/bookworm/v1/boot/initrd.img.old'\n" in odd
+    assert "\n  if ! linux '(http,10.77.0.1)/images/bookworm/v1/boot/vmlinuz' root=/dev/nfs " in odd
+    # a load that fails is tried once more
+    assert ("\n  if ! initrd '(http,10.77.0.1)/images/bookworm/v1/boot/initrd.img.old'; then\n"
+            "    echo 'Loading the initrd again'\n"
+            "    initrd '(http,10.77.0.1)/images/bookworm/v1/boot/initrd.img.old'\n  fi\n") in odd
     assert "--id tftp {\n" in odd
-    assert "\n  linux /images/bookworm/v1/boot/vmlinuz root=/dev/nfs " in odd
+    assert "\n  if ! linux /images/bookworm/v1/boot/vmlinuz root=/dev/nfs " in odd
     assert " 'path=C:\\boot\\n' " in odd and " 'x=it'\\''s' " in odd
     header = "# Managed by junkyard (CLUSTER)\n" if managed else "# Ansible managed\n"
     assert odd.startswith("#\n" + header + "#\n")
