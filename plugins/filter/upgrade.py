@@ -41,10 +41,13 @@ def upgrade_prune_plan(ctx, image, versions, allow_previous=False):
 
 
 def upgrade_prune_steps(dataset, zfs_origins, zfs_txg=""):
-    """zfs_origins: `zfs list -H -o name,origin -r <image>` output;
+    """dataset: one version's dataset, or a list of them (planned together: clones first);
+    zfs_origins: `zfs list -H -o name,origin -r <image>` output;
     zfs_txg: `zfs list -H -p -t snapshot -o name,createtxg -r <image>` output."""
     origins = dict(_pairs(zfs_origins))
     txg = dict(_pairs(zfs_txg))
+    if isinstance(dataset, (list, tuple)):
+        return up.prune_steps_many(list(dataset), origins, txg)
     return up.prune_steps(dataset, origins, txg)
 
 

@@ -546,21 +546,79 @@ def prune_steps(dataset, origins, createtxg):
     ``zfs list -H -o name,origin -r <pool>/images/<image>``; createtxg: snapshot -> txg.
     Clones whose origin is a snapshot of ``dataset`` are promoted first (oldest origin
     first), so the snapshots they depend on move to them; then the dataset is destroyed
-    with its remaining snapshots, then its own origin snapshot if no other clone uses it.
+    with its remaining snapshots, then its own origin snapshot if no clone uses it once the
+    promotes are done (a promoted clone takes the origin of the dataset it was cloned from:
+    pruning v2 and keeping its clone v3 leaves v1@v2 to v3).
     """
+    return _prune(dataset, dict(origins), dict(createtxg))
+
+
+def prune_steps_many(datasets, origins, createtxg):
+    """ZFS steps to destroy several versions in one run: a version cloned from another
+    pruned version goes first, and each version's steps are planned on the listing the
+    steps before them leave (planned each on the first listing, pruning v2 with its clone
+    v3 promoted v3 over v2 and then destroyed v3's new origin; seen on the lab)."""
+    origins, txg = dict(origins), dict(createtxg)
+    for dataset in datasets:
+        if dataset not in origins:
+            raise PlanError(f"{dataset} does not exist")
+
+    def depth(dataset):
+        n, seen, origin = 0, {dataset}, origins.get(dataset)
+        while origin and origin != "-":
+            parent = origin.split("@", 1)[0]
+            if parent in seen:
+                break
+            seen.add(parent)
+            n, origin = n + 1, origins.get(parent)
+        return n
+
+    steps = []
+    for dataset in sorted(set(datasets), key=lambda d: (-depth(d), d)):
+        steps += _prune(dataset, origins, txg)
+    return steps
+
+
+def _prune(dataset, origins, txg):
+    """prune_steps on ``origins`` and ``txg``, which it changes as the steps would."""
     if dataset not in origins:
         raise PlanError(f"{dataset} does not exist")
+    own = origins.get(dataset)
     children = [d for d, o in origins.items() if o and o not in ("-",)
                 and o.split("@", 1)[0] == dataset]
-    children.sort(key=lambda d: (int(createtxg.get(origins[d], 0)), d))
-    steps = [["promote", d] for d in children]
+    children.sort(key=lambda d: (int(txg.get(origins[d], 0)), d))
+    steps = []
+    for child in children:
+        steps.append(["promote", child])
+        _promoted(child, origins, txg)
     steps.append(["destroy", dataset])
-    own = origins.get(dataset)
-    if own and own != "-":
-        users = [d for d, o in origins.items() if o == own and d != dataset]
-        if not users:
-            steps.append(["destroy", own])
+    del origins[dataset]
+    for snap in [t for t in txg if t.split("@", 1)[0] == dataset]:
+        del txg[snap]
+    if own and own != "-" and own not in origins.values():
+        steps.append(["destroy", own])
+        txg.pop(own, None)
     return steps
+
+
+def _promoted(clone, origins, txg):
+    """The listing after ``zfs promote clone``: the clone takes its parent's origin and the
+    parent's snapshots up to its own origin snapshot (clones of those follow them), and the
+    parent becomes a clone of the promoted one."""
+    origin = origins[clone]
+    parent, snap_name = origin.split("@", 1)
+    cut = int(txg.get(origin, 0))
+    moved = {snap: f"{clone}@{snap.split('@', 1)[1]}" for snap in list(txg)
+             if snap.split("@", 1)[0] == parent and int(txg[snap]) <= cut}
+    moved.setdefault(origin, f"{clone}@{snap_name}")
+    for old, new in moved.items():
+        if old in txg:
+            txg[new] = txg.pop(old)
+    for name, snap in list(origins.items()):
+        if name != clone and snap in moved:
+            origins[name] = moved[snap]
+    origins[clone] = origins.get(parent) or "-"
+    origins[parent] = moved[origin]
 
 
 # --------------------------------------------------------------------------- display

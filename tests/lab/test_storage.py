@@ -184,3 +184,43 @@ def test_persistent_writable_mounts_are_nosuid_nodev(lab, site, node):
         fstype, options = res.stdout.split()
         assert fstype.startswith("nfs"), (w["path"], res.stdout)
         assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), (w["path"], options)
+
+
+PRUNE_CASES = [
+    # pruned together: the clone first, then its parent and the snapshot it came from
+    (["v2", "v3"], {"v1": "-"}),
+    # the clone stays: promoted, it takes v2's origin v1@v2, which stays
+    (["v2"], {"v1": "-", "v1@v2": "-", "v3": "v1@v2", "v3@v3": "-"}),
+    # the first two go, the last stays with the snapshots it needs
+    (["v1", "v2"], {"v3": "-", "v3@v2": "-", "v3@v3": "-"}),
+]
+
+
+@pytest.mark.parametrize(("pruned", "left"), PRUNE_CASES, ids=["chain", "keep-clone", "keep-last"])
+def test_prune_steps_run_on_real_zfs(lab, site, pruned, left):
+    """upgrade_plan's prune steps for versions cloned from each other (v1 <- v2 <- v3, as
+    upgrades make them) run on the head's ZFS without an error and leave what they say, on
+    scratch datasets of the pool (the first cut destroyed a snapshot a promoted clone had
+    just taken as its origin)."""
+    from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan
+
+    base = f"{POOL['name']}/junkyard-test-prune"
+    head(lab, f"zfs destroy -r {base} 2>/dev/null; zfs create -o canmount=off {base}; "
+              f"zfs create -o canmount=off {base}/v1; zfs snapshot {base}/v1@v2; "
+              f"zfs clone -o canmount=off {base}/v1@v2 {base}/v2; zfs snapshot {base}/v2@v3; "
+              f"zfs clone -o canmount=off {base}/v2@v3 {base}/v3")
+    try:
+        origins = dict(line.split("\t") for line in head(
+            lab, f"zfs list -H -o name,origin -r {base}").splitlines())
+        txg = dict(line.split("\t") for line in head(
+            lab, f"zfs list -H -p -t snapshot -o name,createtxg -r {base}").splitlines())
+        steps = upgrade_plan.prune_steps_many([f"{base}/{v}" for v in pruned], origins, txg)
+        for action, name in steps:
+            head(lab, f"zfs promote {name}" if action == "promote"
+                 else f"zfs destroy -r {name}" if "@" not in name else f"zfs destroy {name}")
+        now = dict(line.split("\t") for line in head(
+            lab, f"zfs list -H -t all -o name,origin -r {base}").splitlines())
+        assert now == {base: "-", **{f"{base}/{k}": (f"{base}/{v}" if v != "-" else v)
+                                     for k, v in left.items()}}, (steps, now)
+    finally:
+        lab.ssh(f"zfs destroy -r {base}")

@@ -278,13 +278,41 @@ def test_prune_steps_promote_the_clones_first():
     origins = {base: "-", f"{base}/v1": "-", f"{base}/v2": f"{base}/v1@v2",
                f"{base}/v3": f"{base}/v2@v3", f"{base}/v2b": f"{base}/v2@v2b"}
     txg = {f"{base}/v1@v2": "100", f"{base}/v2@v3": "300", f"{base}/v2@v2b": "200"}
+    # the first promoted clone takes v2's origin v1@v2: it stays
     assert up.prune_steps(f"{base}/v2", origins, txg) == [
-        ["promote", f"{base}/v2b"], ["promote", f"{base}/v3"],
-        ["destroy", f"{base}/v2"], ["destroy", f"{base}/v1@v2"]]
+        ["promote", f"{base}/v2b"], ["promote", f"{base}/v3"], ["destroy", f"{base}/v2"]]
     assert up.prune_steps(f"{base}/v1", origins, txg) == [
         ["promote", f"{base}/v2"], ["destroy", f"{base}/v1"]]
     with pytest.raises(up.PlanError, match="does not exist"):
         up.prune_steps(f"{base}/v9", origins, txg)
+
+
+CHAIN = {"t/i": "-", "t/i/v1": "-", "t/i/v2": "t/i/v1@v2", "t/i/v3": "t/i/v2@v3"}
+CHAIN_TXG = {"t/i/v1@v1": "50", "t/i/v1@v2": "100", "t/i/v2@v3": "300"}
+
+
+def test_prune_of_a_version_whose_clone_stays_keeps_the_snapshot_the_clone_now_uses():
+    # zfs promote t/i/v3 makes v3 a clone of t/i/v1@v2 (v2's origin): seen on the lab
+    assert up.prune_steps("t/i/v2", CHAIN, CHAIN_TXG) == [
+        ["promote", "t/i/v3"], ["destroy", "t/i/v2"]]
+
+
+def test_prune_of_a_version_and_its_clone_together_goes_clone_first():
+    steps = [["destroy", "t/i/v3"], ["destroy", "t/i/v2@v3"], ["destroy", "t/i/v2"],
+             ["destroy", "t/i/v1@v2"]]
+    assert up.prune_steps_many(["t/i/v2", "t/i/v3"], CHAIN, CHAIN_TXG) == steps
+    assert up.prune_steps_many(["t/i/v3", "t/i/v2"], CHAIN, CHAIN_TXG) == steps
+    # the inputs are not changed
+    assert CHAIN["t/i/v3"] == "t/i/v2@v3" and "t/i/v2@v3" in CHAIN_TXG
+    with pytest.raises(up.PlanError, match="t/i/v9 does not exist"):
+        up.prune_steps_many(["t/i/v2", "t/i/v9"], CHAIN, CHAIN_TXG)
+
+
+def test_prune_of_the_middle_and_the_first_version_keeps_the_last():
+    # v1 and v2 pruned, v3 kept: v3 ends up owning what it needs and nothing else goes
+    steps = up.prune_steps_many(["t/i/v1", "t/i/v2"], CHAIN, CHAIN_TXG)
+    assert steps == [["promote", "t/i/v3"], ["destroy", "t/i/v2"],
+                     ["promote", "t/i/v3"], ["destroy", "t/i/v1"]], steps
 
 
 # --------------------------------------------------------------------------- display, filters
@@ -319,6 +347,10 @@ def test_filters_plan_from_the_models_context_and_report_plan_errors():
     steps = f["upgrade_prune_steps"]("t/i/v1", "t/i/v1\t-\nt/i/v2\tt/i/v1@v2\n",
                                      "t/i/v1@v2\t5\n")
     assert steps == [["promote", "t/i/v2"], ["destroy", "t/i/v1"]]
+    # a list: planned together, the clone first
+    steps = f["upgrade_prune_steps"](["t/i/v1", "t/i/v2"], "t/i/v1\t-\nt/i/v2\tt/i/v1@v2\n",
+                                     "t/i/v1@v2\t5\n")
+    assert steps == [["destroy", "t/i/v2"], ["destroy", "t/i/v1@v2"], ["destroy", "t/i/v1"]]
 
 
 def test_state_after_prune_relinks_the_lineage():
