@@ -11,7 +11,7 @@ import re
 import sys
 
 import pytest
-from ansible_collections.junkyard.cluster.plugins.module_utils import draid
+from ansible_collections.junkyard.cluster.plugins.module_utils import draid, upgrade_plan
 from labtools import lab_cli, mount_on
 
 from tests.inventory_files import LAB, group_vars
@@ -202,8 +202,6 @@ def test_prune_steps_run_on_real_zfs(lab, site, pruned, left):
     upgrades make them) run on the head's ZFS without an error and leave what they say, on
     scratch datasets of the pool (the first cut destroyed a snapshot a promoted clone had
     just taken as its origin)."""
-    from ansible_collections.junkyard.cluster.plugins.module_utils import upgrade_plan
-
     base = f"{POOL['name']}/junkyard-test-prune"
     head(lab, f"zfs destroy -r {base} 2>/dev/null; zfs create -o canmount=off {base}; "
               f"zfs create -o canmount=off {base}/v1; zfs snapshot {base}/v1@v2; "

@@ -107,6 +107,7 @@ def submit_job(lab, node: str) -> str:
            "> /dev/null 2>&1 &")
     res = lab.ssh(f"su - {USER} -c {shlex.quote(cmd)}")
     assert res.returncode == 0, res.stdout + res.stderr
+
     def job_id() -> str:
         return lab.ssh(f"squeue -h -u {USER} -w {node} -o %i").stdout.strip()
 
