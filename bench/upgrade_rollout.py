@@ -77,7 +77,8 @@ def task_times(output: str) -> list[tuple[str, str, float]]:
             for i, (p, t, at) in enumerate(marks[:-1]) if t]
 
 
-WAVE_START = "Compute the image state with this wave moved"
+# the first task of each wave (image_rollout's main.yml; listed even when the drain is off)
+WAVE_START = "Take the wave out of Slurm service"
 
 
 def phases(tasks: list[tuple[str, str, float]]) -> dict:
@@ -88,18 +89,20 @@ def phases(tasks: list[tuple[str, str, float]]) -> dict:
             result["build"] += secs
         elif play.startswith("Roll the version out"):
             if WAVE_START in task:
-                result["waves"].append({"render": 0.0, "power": 0.0, "boot": 0.0,
-                                        "verify": 0.0})
+                result["waves"].append({"drain": 0.0, "render": 0.0, "power": 0.0,
+                                        "boot": 0.0, "verify": 0.0})
             if not result["waves"]:
                 result["recheck" if "rocm" in task or "Verify again" in task else "plan"] += secs
                 continue
             wave = result["waves"][-1]
-            if "Power the wave" in task:
+            if WAVE_START in task:
+                wave["drain"] += secs
+            elif "through their BMCs" in task or "Power the" in task:
                 wave["power"] += secs
-            elif "Wait until the wave" in task:
+            elif "Watch the nodes boot" in task or "over Ansible's connection" in task:
                 wave["boot"] += secs
-            elif "junkyard.cluster.rocm" in task or "Verify each node" in task \
-                    or "Count the wave" in task:
+            elif ("junkyard.cluster.rocm" in task or "health" in task or "Check the node" in task
+                  or "takes Ansible's connection" in task or "Count the wave" in task):
                 wave["verify"] += secs
             else:
                 wave["render"] += secs

@@ -50,19 +50,26 @@ def test_phases_split_build_waves_and_promote():
              (None, "junkyard.cluster.rocm : Read the kernel command line", 53.0)]
     at = 55.0
     for _wave in range(2):
-        for task, secs in (("Compute the image state with this wave moved", 1.0),
+        for task, secs in (("Take the wave out of Slurm service and wait for its jobs", 1.0),
                            ("junkyard.cluster.netboot : Write the GRUB files", 20.0),
-                           ("junkyard.cluster.image_rollout : Power the wave's nodes off", 3.0),
-                           ("junkyard.cluster.image_rollout : Power the wave's nodes on", 2.0),
-                           ("junkyard.cluster.image_rollout : Wait until the wave's nodes "
-                            "answer over SSH again", 150.0),
-                           ("junkyard.cluster.rocm : Refuse any installed DKMS package", 10.0)):
+                           ("junkyard.cluster.image_rollout : Drive the wave's nodes through "
+                            "their BMCs (waits for the state) to off", 3.0),
+                           ("junkyard.cluster.image_rollout : Mark where the head's HTTP access "
+                            "log stands before the power-on", 1.0),
+                           ("junkyard.cluster.image_rollout : Drive the wave's nodes through "
+                            "their BMCs (waits for the state) to on", 2.0),
+                           ("junkyard.cluster.image_rollout : Watch the nodes boot (SSH on the "
+                            "management address; kernel fetches in the access log)", 150.0),
+                           ("junkyard.cluster.rocm : Refuse any installed DKMS package", 10.0),
+                           ("junkyard.cluster.image_rollout : Run the health check without "
+                            "draining (again while a check still waits)", 4.0)):
             tasks.append((None, f"junkyard.cluster.image_rollout : {task}"
-                          if task.startswith("Compute") else task, at))
+                          if task.startswith("Take") else task, at))
             at += secs
     tasks.append(("Promote the version once every node passed", "Record", at))
     result = upgrade_rollout.phases(upgrade_rollout.task_times(run_output(tasks, at + 4.0)))
     assert result["plan"] == 2.0 + 1.0 and result["build"] == 50.0
     assert result["recheck"] == 2.0
-    assert result["waves"] == [{"render": 21.0, "power": 5.0, "boot": 150.0, "verify": 10.0}] * 2
+    assert result["waves"] == [{"drain": 1.0, "render": 21.0, "power": 5.0, "boot": 150.0,
+                                "verify": 14.0}] * 2
     assert result["promote"] == 4.0
