@@ -24,6 +24,7 @@ import os
 import re
 import socket
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 KERNELS = ("/boot/vmlinuz", "/boot/vmlinuz.old")
@@ -85,9 +86,7 @@ def count_fetches(lines, addresses):
 
 def tally(paths):
     """'/a/boot/vmlinuz x2, /a/boot/vmlinuz.old' - the paths in first-fetched order."""
-    counts = {}
-    for path in paths:
-        counts[path] = counts.get(path, 0) + 1
+    counts = Counter(paths)
     return ", ".join(path if n == 1 else f"{path} x{n}" for path, n in counts.items())
 
 

@@ -559,9 +559,6 @@ def prune_steps_many(datasets, origins, createtxg):
     steps before them leave (planned each on the first listing, pruning v2 with its clone
     v3 promoted v3 over v2 and then destroyed v3's new origin; seen on the lab)."""
     origins, txg = dict(origins), dict(createtxg)
-    for dataset in datasets:
-        if dataset not in origins:
-            raise PlanError(f"{dataset} does not exist")
 
     def depth(dataset):
         n, seen, origin = 0, {dataset}, origins.get(dataset)

@@ -35,7 +35,7 @@ import time
 
 import pytest
 import yaml
-from ansible_collections.junkyard.cluster.plugins.module_utils import rollout_slurm
+from ansible_collections.junkyard.cluster.plugins.module_utils import rollout_boot, rollout_slurm
 from labtools import LAB_CMD, REPO, lab_cli, mount_on
 
 from tests.inventory_files import LAB, group_vars
@@ -187,9 +187,10 @@ def kernel_fetches(lab, ip: str, since_line: int) -> list[str]:
     """The kernels ``ip`` fetched over HTTP (paths, in order) after line ``since_line`` of the
     head's access log."""
     out = lab.ssh(f"tail -n +{since_line + 1} {ACCESS_LOG}").stdout
-    return [line.split('"')[1].split()[1] for line in out.splitlines()
-            if line.startswith(f"{ip} ") and '"GET ' in line and " 200 " in line
-            and line.split('"')[1].split()[1].endswith("/boot/vmlinuz")]
+    requests = [r for r in map(rollout_boot.parse_line, out.splitlines()) if r is not None]
+    return [path for client, method, path, status in requests
+            if client == ip and method == "GET" and status == 200
+            and path.endswith("/boot/vmlinuz")]
 
 
 def log_lines(lab) -> int:
