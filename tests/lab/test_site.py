@@ -166,6 +166,22 @@ def test_boot_skipped_the_file_system_checks(lab, site):
         assert "Checking file systems" not in console, console[-3000:]
 
 
+def test_the_virtio_gpus_are_render_nodes_without_a_console(lab, site):
+    # the lab profile's drm_kms_helper.fbdev_emulation=0: each of the node's
+    # GPUs has its DRM render node (what Slurm's gres.conf names), none has a
+    # frame buffer device, so the text console never takes one over
+    counts = {p["gpu"]["count"] for p in LAB_VARS["cluster_hardware_profiles"].values()}
+    assert len(counts) == 1, counts  # both lab profiles: eight GPUs
+    gpus = counts.pop()
+    for node in ("node01", "node02"):
+        res = lab.node_ssh(node, "ls /dev/dri; ls /sys/class/graphics; cat /proc/fb")
+        assert res.returncode == 0, res.stdout + res.stderr
+        render = re.findall(r"(?m)^renderD\d+$", res.stdout)
+        assert len(render) == gpus, res.stdout
+        assert not re.search(r"(?m)^fb\d+$", res.stdout), res.stdout
+        assert "frame buffer device" not in lab.console(node), node
+
+
 @pytest.mark.parametrize("node", ["node01", "node02"])
 def test_openrc_reached_default_with_nothing_failed(lab, site, node):
     res = lab.node_ssh(node, "rc-status --runlevel; rc-status --crashed; "
