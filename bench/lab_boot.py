@@ -16,7 +16,9 @@ Variants, measured side by side in one run:
           HTTP, the profile's module blacklist on the command line)
   before  the node's GRUB file with its TFTP entry as the default, no module
           blacklist, the root mounted with close-to-open consistency (no
-          nocto) and fsck not skipped (no fastboot) (the bench edits it on the
+          nocto), fsck not skipped (no fastboot) and the lab profile's text
+          console on the first virtio GPU (no drm_kms_helper.fbdev_emulation=0)
+          (the bench edits it on the
           head and puts it back; the image's smaller initramfs and the
           services kept out of its runlevels are not undone), and OpenRC as
           in `serial`
@@ -189,15 +191,15 @@ if [ -e "$e/rc.conf.bench" ]; then mv "$e/rc.conf.bench" "$e/rc.conf"; fi"""
 
 def set_variant(lab, node, variant: str) -> None:
     """before: the node's GRUB file boots its TFTP entry with no module blacklist, no
-    nocto and no fastboot (a copy of the file as site.yml wrote it is kept beside it),
-    and OpenRC as in serial; serial: the node's image starts its services one after the
-    other; now: the copies are put back."""
+    nocto, no fastboot and no fbdev_emulation=0 (a copy of the file as site.yml wrote
+    it is kept beside it), and OpenRC as in serial; serial: the node's image starts its
+    services one after the other; now: the copies are put back."""
     path = grub_file(node)
     cmds = []
     if variant == "before":
         cmds.append(f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
                     f"-e 's/ modprobe\\.blacklist=[^ ]*//g' -e 's/,nocto / /' "
-                    f"-e 's/ fastboot / /' {path}")
+                    f"-e 's/ fastboot / /' -e 's/ drm_kms_helper\\.fbdev_emulation=0//g' {path}")
     if variant in ("before", "serial"):
         cmds.append(OPENRC_EDIT.format(root=shlex.quote(image_root(lab, node)),
                                        body=OPENRC_SERIAL))

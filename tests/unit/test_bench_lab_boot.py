@@ -95,7 +95,7 @@ class _HeadShell:
                               check=False)
 
 
-def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monkeypatch):
+def test_before_variant_undoes_http_blacklist_nocto_fastboot_and_fbdev(tmp_path, monkeypatch):
     # node01's GRUB file as the role's template renders it from the lab model
     from ansible_collections.junkyard.cluster.plugins.filter import netboot as nb
     from test_netboot_filters import lab_model
@@ -113,6 +113,7 @@ def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monke
     node = type("Node", (), {"name": "node01"})()
     linux = [ln for ln in text.splitlines() if ln.strip().startswith("linux ")]
     assert len(linux) == 3 and all(",nocto " in ln and " fastboot " in ln
+                                   and " drm_kms_helper.fbdev_emulation=0 " in ln
                                    and "modprobe.blacklist=" in ln for ln in linux), linux
 
     lab_boot.set_variant(_HeadShell(), node, "before")
@@ -122,6 +123,7 @@ def test_before_variant_undoes_http_blacklist_nocto_and_fastboot(tmp_path, monke
     assert len(linux) == 3, edited
     for line in linux:
         assert "nocto" not in line and "fastboot" not in line and "blacklist" not in line, line
+        assert "fbdev_emulation" not in line and " console=ttyS0,115200" in line, line
         assert ",vers=3,tcp ip=" in line and " ro junkyard.node=node01 " in line, line
 
     assert _openrc(root) == 'rc_parallel="NO"'  # before includes serial
