@@ -102,7 +102,7 @@ def test_grub_entries_from_the_lab_model():
         "root=/dev/nfs nfsroot=10.77.0.1:/tank/images/bookworm/v1,vers=3,tcp,nocto "
         "ip=10.77.0.11:::255.255.255.0:node01::off BOOTIF=01-52-54-00-77-00-11 ro fastboot "
         "junkyard.node=node01 junkyard.image=bookworm/v1 panic=10 iommu=pt amdgpu.ras_enable=1 "
-        "console=ttyS0,115200 "
+        "console=ttyS0,115200 drm_kms_helper.fbdev_emulation=0 "
         "modprobe.blacklist=floppy,pcspkr,ata_piix,ata_generic,pata_acpi,psmouse,serio_raw,"
         "i2c_piix4,qemu_fw_cfg,kvm,kvm_amd,kvm_intel,ccp,aesni_intel,ghash_clmulni_intel,"
         "crc32_pclmul,crct10dif_pclmul,crc32c_intel,sha1_ssse3,sha256_ssse3,sha512_ssse3")
