@@ -198,7 +198,7 @@ def set_variant(lab, node, variant: str) -> None:
     cmds = []
     if variant == "before":
         cmds.append(f"cp -p {path} {path}.bench && sed -i -e 's/^set default=0$/set default=2/' "
-                    f"-e 's/ modprobe\\.blacklist=[^ ]*//g' -e 's/,nocto / /' "
+                    f"-e 's/ modprobe\\.blacklist=[^ ;]*//g' -e 's/,nocto / /' "
                     f"-e 's/ fastboot / /' -e 's/ drm_kms_helper\\.fbdev_emulation=0//g' {path}")
     if variant in ("before", "serial"):
         cmds.append(OPENRC_EDIT.format(root=shlex.quote(image_root(lab, node)),
