@@ -18,10 +18,9 @@ Variants, measured side by side in one run:
           blacklist, the root mounted with close-to-open consistency (no
           nocto), fsck not skipped (no fastboot) and the lab profile's text
           console on the first virtio GPU (no drm_kms_helper.fbdev_emulation=0)
-          (the bench edits it on the
-          head and puts it back; the image's smaller initramfs and the
-          services kept out of its runlevels are not undone), and OpenRC as
-          in `serial`
+          (the bench edits it on the head and puts it back; the image's
+          smaller initramfs and the services kept out of its runlevels are
+          not undone), and OpenRC as in `serial`
   serial  the node's boot entry as site.yml wrote it, with OpenRC starting
           one service after the other (rc_parallel="NO"): the bench edits the
           node's image version on the head and puts it back
