@@ -140,6 +140,11 @@ def test_prometheus_scrapes_every_node_and_the_head(lab, site):
     edac = by_node(query(lab, 'node_scrape_collector_success{job="junkyard-nodes",'
                               'collector=~"edac|hwmon|textfile|drm"}'))
     assert set(edac) == nodes and all(len(v) == 4 for v in edac.values()), edac
+    # the head's exporter runs its textfile collector but not Debian's systemd one
+    # (monitoring_head_exporter_disabled_collectors' default: nothing reads it)
+    head = {r["metric"]["collector"] for r in query(
+        lab, 'node_scrape_collector_success{job="junkyard-head"}')}
+    assert "textfile" in head and "zfs" in head and "systemd" not in head, sorted(head)
     # no alert fires on a healthy lab but the ones a lab cannot avoid
     firing = query(lab, 'ALERTS{alertstate="firing"}')
     assert not [a for a in firing if a["metric"]["alertname"] in
