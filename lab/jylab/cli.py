@@ -82,13 +82,39 @@ def running(lab: Lab) -> bool:
 
 # --- up ---------------------------------------------------------------------
 
+def _key_pair(key: Path) -> bool:
+    return key.exists() and key.with_suffix(".pub").exists()
+
+
 def ensure_ssh_key(lab: Lab) -> None:
-    if lab.ssh_key.exists() and lab.ssh_key.with_suffix(".pub").exists():
+    """The lab's SSH key in the state directory (where the inventory reads it).
+
+    A new state directory gets a copy of the key kept in the lab's cache (made
+    there once): the node image seed holds the public key (authorized_keys), so
+    with a key of its own every fresh checkout, every CI run, built the seed
+    again (a few minutes of `lab up`) although nothing else in it changed.  The
+    key only opens the lab's own VMs, on loopback and in the lab's namespace.
+    """
+    if _key_pair(lab.ssh_key):
         return
+    shared = lab.cache / "ssh" / "id_ed25519"
+    if not _key_pair(shared):
+        shared.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # made beside it and renamed, public half first: a `lab up` of another
+        # checkout never copies half a pair
+        tmp = shared.parent / f".new-{os.getpid()}"
+        for f in (tmp, tmp.with_suffix(".pub")):
+            f.unlink(missing_ok=True)
+        host.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "junkyard-lab",
+                  "-f", str(tmp)])
+        os.replace(tmp.with_suffix(".pub"), shared.with_suffix(".pub"))
+        os.replace(tmp, shared)
     lab.ssh_key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lab.ssh_key.unlink(missing_ok=True)
-    host.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "junkyard-lab",
-              "-f", str(lab.ssh_key)])
+    for src, dst, mode in ((shared, lab.ssh_key, 0o600),
+                           (shared.with_suffix(".pub"), lab.ssh_key.with_suffix(".pub"), 0o644)):
+        dst.unlink(missing_ok=True)
+        shutil.copyfile(src, dst)
+        dst.chmod(mode)
 
 
 def ssh_base(lab: Lab) -> list[str]:

@@ -262,3 +262,41 @@ def test_a_stopped_lab_up_starts_no_seed_build(tmp_path, monkeypatch):
         seed.ensure(lab)
     assert not list((tmp_path / "cache").glob("seed-*.tar*"))
     assert not seed.BUILDS
+
+
+def test_fresh_checkouts_share_the_cached_key_and_so_the_seed(tmp_path, monkeypatch):
+    """Two state directories (two clones) over one cache get the same key pair,
+    hence the same seed tar; a state directory's own key is kept."""
+    from jylab import seed
+    monkeypatch.setenv("JUNKYARD_LAB_CACHE", str(tmp_path / "cache"))
+    labs = []
+    for name in ("clone1", "clone2"):
+        lab = config.load(REPO / "inventories" / "lab")
+        lab.state_dir = tmp_path / name
+        cli.ensure_ssh_key(lab)
+        labs.append(lab)
+    first, second = labs
+    shared = tmp_path / "cache" / "ssh" / "id_ed25519"
+    for lab in labs:
+        assert lab.ssh_key.read_bytes() == shared.read_bytes()
+        pub = lab.ssh_key.with_suffix(".pub").read_bytes()
+        assert pub == shared.with_suffix(".pub").read_bytes()
+        assert pub.startswith(b"ssh-ed25519 ")
+        assert lab.ssh_key.stat().st_mode & 0o777 == 0o600
+    assert shared.parent.stat().st_mode & 0o777 == 0o700
+    assert seed.seed_path(first) == seed.seed_path(second)
+    # the key is a real pair: the public half is derived from the private one
+    derived = subprocess.run(["ssh-keygen", "-y", "-f", str(second.ssh_key)],
+                             capture_output=True, text=True, check=True).stdout.split()[:2]
+    assert derived == pub.decode().split()[:2]
+    # a state directory that already has a key keeps it
+    own = config.load(REPO / "inventories" / "lab")
+    own.state_dir = tmp_path / "own"
+    (own.state / "ssh").mkdir(parents=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(own.ssh_key)],
+                   check=True)
+    before = own.ssh_key.read_bytes()
+    cli.ensure_ssh_key(own)
+    assert own.ssh_key.read_bytes() == before != shared.read_bytes()
+    assert seed.seed_path(own) != seed.seed_path(first)
+    assert not list(shared.parent.glob(".new-*"))
