@@ -250,7 +250,7 @@ def test_second_up_says_the_lab_runs(lab, lab_log):
 def test_head_deadline_names_its_log_and_stops_everything(lab, tmp_path, lab_log):
     """A VM not up within its deadline: clear message with the log, nothing left."""
     env = {**other_lab_env(tmp_path), "JUNKYARD_LAB_HEAD_TIMEOUT": "3",
-           # The other lab's own SSH key and proxy port key a seed of its own:
+           # The other lab's own proxy port keys a seed of its own:
            # its head never boots, so the session lab's seed stands in for it
            # (a build here would cost minutes and leave an unused tar).
            "JUNKYARD_LAB_SEED": str(seed.seed_path(lab.cfg))}
