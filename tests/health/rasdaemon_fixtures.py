@@ -7,6 +7,7 @@ written as rasdaemon writes them (``%Y-%m-%d %H:%M:%S %z``).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -95,8 +96,13 @@ def umc_mce(age_s, channel, csrow=0, socket=0, uncorrected=False, now=NOW):
 
 
 def write(path: Path, text: str):
+    # Whole or not at all, as a sysfs attribute reads: a test that changes the
+    # tree while the code under test samples it must never show it a file
+    # that is created but not yet written (an empty count).
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def edac_tree(root: Path, dimms, mc_name="F19h"):
