@@ -51,6 +51,9 @@ def test_fan_daemon_regulates_every_zone_of_every_node(lab, site):
     for node in lab.nodes:
         res = lab.node_ssh(node, f"rc-service junkyard-fan status; cat {METRICS}")
         assert "started" in res.stdout, (node.name, res.stdout, res.stderr)
+        # the default: the daemon talks to /dev/ipmi0 itself, no tool per cycle
+        assert 'junkyard_fan_bmc_info{access="inband",tool="kernel"} 1' in res.stdout, \
+            (node.name, res.stdout[-3000:])
         for zone in ("gpu-left", "gpu-right", "cpu"):
             line = f'junkyard_fan_zone_state{{state="ok",zone="{zone}"}} 1'
             assert line in res.stdout, (node.name, zone, res.stdout[-3000:])

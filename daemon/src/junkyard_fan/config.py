@@ -120,7 +120,7 @@ class Timings:
 @dataclass(frozen=True)
 class BmcAccess:
     access: str  # "lan" or "inband"
-    tool: str  # "freeipmi" or "ipmitool"
+    tool: str  # "kernel" (in-band only), "freeipmi" or "ipmitool"
     host: str | None
     port: int
     username: str | None
@@ -635,7 +635,13 @@ def _bmc(v: _V, raw: Any, env: dict[str, str], base: Path) -> BmcAccess | None:
                            "password_env", "cipher_suite", "privilege", "workarounds",
                            "cache_dir", "device", "retransmit_timeout"})
     access = v.choice(m, k, "access", ("lan", "inband"), "inband")
-    tool = v.choice(m, k, "tool", ("freeipmi", "ipmitool"), "freeipmi")
+    # In-band, the daemon talks to the kernel's device itself (no process per
+    # cycle); over LAN a tool holds the session.
+    tool = v.choice(m, k, "tool", ("kernel", "freeipmi", "ipmitool"),
+                    "freeipmi" if access == "lan" else "kernel")
+    if access == "lan" and tool == "kernel":
+        v.err(f"{k}.tool", "kernel is in-band only (/dev/ipmi0 on the node): "
+              "use freeipmi or ipmitool with access: lan")
     port = v.number(m, k, "port", 623, integer=True, minimum=1, maximum=65535)
     cipher = v.number(m, k, "cipher_suite", 3, integer=True, minimum=0, maximum=17)
     privilege = v.choice(m, k, "privilege", ("USER", "OPERATOR", "ADMIN"), "ADMIN")

@@ -564,6 +564,8 @@ class Daemon:
                             1.0 if zs.state == state else 0.0))
             out.append(("zone_input_age_seconds", {"zone": zs.zone.name}, now - zs.last_input))
         out.append(("bmc_reachable", {}, 1.0 if self.bmc_reachable else 0.0))
+        out.append(("bmc_info", {"access": self.cfg.bmc.access,
+                                 "tool": getattr(self.bmc.transport, "name", "other")}, 1.0))
         out.append(("probe_failed", {}, 1.0 if self.hands_off is not None else 0.0))
         for (op, kind), n in sorted(self.bmc.errors.items()):
             out.append(("bmc_errors_total", {"op": op, "kind": kind}, n))

@@ -1,7 +1,9 @@
 """The one IPMI wrapper: every BMC call goes through :class:`Bmc`.
 
-Two access tools are supported, each used so that one control cycle costs one
-IPMI session for all sensor readings and one for all fan commands:
+In-band, the default is no tool at all: the ``kernel`` transport
+(:mod:`.ipmidev`) talks to ``/dev/ipmi0`` itself, so a cycle starts no process.
+Two access tools are supported besides, each used so that one control cycle
+costs one IPMI session for all sensor readings and one for all fan commands:
 
 * ``freeipmi`` (default): ``ipmi-sensors -r <record ids>`` with its SDR cache
   (one session, one Get Sensor Reading per sensor, decoding done by freeipmi),
@@ -597,8 +599,13 @@ class Bmc:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.timings = timings
         if transport is None:
-            cls = FreeIpmiTransport if access.tool == "freeipmi" else IpmitoolTransport
-            transport = cls(access, timings)
+            if access.tool == "kernel":
+                from .ipmidev import KernelTransport  # it builds on this module
+
+                transport = KernelTransport(access, timings)
+            else:
+                cls = FreeIpmiTransport if access.tool == "freeipmi" else IpmitoolTransport
+                transport = cls(access, timings)
         self.transport = transport
         self.sleep = sleep
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()

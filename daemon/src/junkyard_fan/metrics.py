@@ -21,6 +21,7 @@ HELP = {
                               "move the fans: the daemon leaves them to the BMC"),
     "zone_input_age_seconds": ("gauge", "Seconds since the zone last had valid input"),
     "bmc_reachable": ("gauge", "1 if the BMC answered in the last cycle"),
+    "bmc_info": ("gauge", "always 1: how the daemon reaches its BMC (access, tool)"),
     "bmc_errors_total": ("counter", "BMC call failures by operation and kind"),
     "bmc_tries_total": ("counter", "BMC calls (tries, including retries) by operation"),
     "psu_failed": ("gauge", "1 if the PSU reports failure or AC loss"),
