@@ -211,7 +211,7 @@ class KernelTransport:
         reservation = self._reserve()
         blob = bytearray()
         record = 0
-        for _ in range(SDR_RECORDS_MAX):
+        for _record in range(SDR_RECORDS_MAX):
             if time.monotonic() - started > max(DISCOVER_S, self.timings.bmc_timeout * 30):
                 raise BmcNoAnswer(f"{self.device}: the SDR read takes over {DISCOVER_S:g} s")
             for _attempt in range(3):
