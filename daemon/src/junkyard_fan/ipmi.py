@@ -154,6 +154,11 @@ LAN_OVERHEAD = 1
 DISCOVER_S = 60.0  # a cold SDR read is ~220 requests: allow a slow BMC to finish
 
 
+def discover_limit(timings: Timings) -> float:
+    """Wall-clock limit of reading the whole SDR."""
+    return max(DISCOVER_S, timings.bmc_timeout * 30)
+
+
 def call_limit(timings: Timings, requests: int) -> float:
     """Wall-clock limit of one tool call carrying ``requests`` IPMI requests."""
     return min(timings.bmc_timeout + requests * PER_REQUEST_S,
@@ -332,7 +337,7 @@ class FreeIpmiTransport:
             with contextlib.suppress(BmcError):
                 self.raw([RawRequest(0x06, 0x01)])
         proc = self._call("ipmi-sensors", [*self._sensor_args(), "-vv"], 250,
-                          max(DISCOVER_S, self.timeout * 30))
+                          discover_limit(self.timings))
         if proc.returncode != 0:
             raise _failure("ipmi-sensors", proc)
         return parse_freeipmi_verbose(proc.stdout)
@@ -434,7 +439,7 @@ class IpmitoolTransport:
         except OSError as err:
             raise BmcLocalError(f"SDR dump directory {self.cache_dir}: {err}") from err
         proc = self.run([*self.base, "sdr", "dump", str(dump)],
-                        timeout=max(DISCOVER_S, self.timeout * 30), env=self.env)
+                        timeout=discover_limit(self.timings), env=self.env)
         if proc.returncode != 0 or not dump.exists():
             raise _failure("ipmitool", proc)
         return parse_sdr_dump(dump.read_bytes())
@@ -457,15 +462,7 @@ class IpmitoolTransport:
         return parse_ipmitool_exec(proc.stdout, len(requests), proc.returncode)
 
     def read(self, sensors: Sequence[SensorInfo]) -> dict[str, Reading]:
-        answers = self._exec([RawRequest(SENSOR_NETFN, GET_SENSOR_READING, bytes([s.number]))
-                              for s in sensors])
-        out: dict[str, Reading] = {}
-        for info, ans in zip(sensors, answers, strict=True):
-            if ans is not None and ans[0] == 0:
-                out[info.name] = decode_sensor_reading(info, ans[1])
-        if not out:
-            raise BmcBadResponse("ipmitool returned no readings")
-        return out
+        return read_by_number(sensors, self._exec, "ipmitool")
 
     def raw(self, requests: Sequence[RawRequest]) -> list[tuple[int, bytes] | None]:
         return self._exec(requests)
@@ -546,6 +543,22 @@ def parse_sdr_dump(blob: bytes) -> list[SensorInfo]:
                                   discrete=rec[13] != 1))
     if not out:
         raise BmcBadResponse("the BMC's SDR lists no sensors")
+    return out
+
+
+def read_by_number(sensors: Sequence[SensorInfo],
+                   exchange: Callable[[Sequence[RawRequest]], list[tuple[int, bytes] | None]],
+                   source: str) -> dict[str, Reading]:
+    """One Get Sensor Reading per sensor through ``exchange`` (a batch of raw
+    requests in, an answer or None per request out), decoded from the SDR."""
+    answers = exchange([RawRequest(SENSOR_NETFN, GET_SENSOR_READING, bytes([s.number]))
+                        for s in sensors])
+    out: dict[str, Reading] = {}
+    for info, ans in zip(sensors, answers, strict=True):
+        if ans is not None and ans[0] == 0:
+            out[info.name] = decode_sensor_reading(info, ans[1])
+    if not out:
+        raise BmcBadResponse(f"{source} returned no readings")
     return out
 
 

@@ -11,13 +11,14 @@ at a time (KCS) and retries on its own; this module only bounds the wait.
 The SDR is read once at start-up with Reserve SDR Repository and Get SDR in
 small pieces (some BMCs refuse whole records), and decoded as the ipmitool
 transport decodes ``ipmitool sdr dump``.  Readings are Get Sensor Reading per
-sensor, decoded here (:func:`decode_sensor_reading`).
+sensor, as the ipmitool transport reads them (:func:`read_by_number`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import itertools
 import os
 import select
@@ -27,9 +28,6 @@ from collections.abc import Sequence
 
 from .config import BmcAccess, Timings
 from .ipmi import (
-    DISCOVER_S,
-    GET_SENSOR_READING,
-    SENSOR_NETFN,
     BmcBadResponse,
     BmcCommandError,
     BmcLocalError,
@@ -39,8 +37,9 @@ from .ipmi import (
     Reading,
     SensorInfo,
     call_limit,
-    decode_sensor_reading,
+    discover_limit,
     parse_sdr_dump,
+    read_by_number,
 )
 
 DEFAULT_DEVICE = "/dev/ipmi0"
@@ -95,7 +94,6 @@ class KernelTransport:
     name = "kernel"
 
     def __init__(self, access: BmcAccess, timings: Timings) -> None:
-        self.access = access
         self.timings = timings
         self.device = access.device or DEFAULT_DEVICE
         self.fd: int | None = None
@@ -126,8 +124,6 @@ class KernelTransport:
                   ) -> list[tuple[int, bytes] | None]:
         """Send every request, then collect the answers until all came or ``limit``
         seconds passed.  An answer is (completion code, data); None: none came."""
-        import fcntl  # Linux only, like the device
-
         addr = IpmiSystemInterfaceAddr(IPMI_SYSTEM_INTERFACE_ADDR_TYPE, IPMI_BMC_CHANNEL, 0)
         pending: dict[int, int] = {}
         keep = []  # the request buffers live until the ioctl has copied them
@@ -157,10 +153,10 @@ class KernelTransport:
             try:
                 fcntl.ioctl(fd, IPMICTL_RECEIVE_MSG_TRUNC, recv)
             except OSError as err:
-                if err.errno in (errno.EAGAIN, errno.EMSGSIZE):
-                    # nothing queued after all / an answer longer than any we ask for
-                    if err.errno == errno.EMSGSIZE:
-                        pending.pop(recv.msgid, None)
+                if err.errno == errno.EMSGSIZE:  # an answer longer than any we ask for
+                    pending.pop(recv.msgid, None)
+                    continue
+                if err.errno == errno.EAGAIN:  # nothing queued after all
                     continue
                 raise BmcLocalError(f"{self.device}: receive: {err.strerror}") from err
             if recv.recv_type != IPMI_RESPONSE_RECV_TYPE or recv.msgid not in pending:
@@ -187,33 +183,34 @@ class KernelTransport:
             raise BmcNoAnswer(f"{self.device}: no answer within {limit:g} s")
         return answers
 
+    def _one(self, request: RawRequest, fresh: bool = False) -> tuple[int, bytes]:
+        """One request; its answer (no answer: BmcNoAnswer from :meth:`_call`)."""
+        ans = self._call([request], call_limit(self.timings, 1), fresh)[0]
+        assert ans is not None  # the only request, and _call raises when none answered
+        return ans
+
     # ------------------------------------------------------------- the SDR
     def _sdr_request(self, reservation: int, record: int, offset: int, count: int
                      ) -> tuple[int, bytes]:
-        req = RawRequest(STORAGE_NETFN, GET_SDR,
-                         struct.pack("<HHBB", reservation, record, offset, count))
-        ans = self._call([req], call_limit(self.timings, 1))[0]
-        if ans is None:
-            raise BmcNoAnswer(f"{self.device}: no answer to Get SDR {record:#06x}")
-        return ans
+        return self._one(RawRequest(STORAGE_NETFN, GET_SDR,
+                                    struct.pack("<HHBB", reservation, record, offset, count)))
 
     def _reserve(self) -> int:
-        ans = self._call([RawRequest(STORAGE_NETFN, RESERVE_SDR_REPOSITORY)],
-                         call_limit(self.timings, 1))[0]
-        if ans is None or ans[0] != 0 or len(ans[1]) < 2:
-            cc = ans[0] if ans else -1
+        cc, data = self._one(RawRequest(STORAGE_NETFN, RESERVE_SDR_REPOSITORY))
+        if cc != 0 or len(data) < 2:
             raise BmcCommandError(f"Reserve SDR Repository: completion code {cc:#04x}", cc)
-        return int.from_bytes(ans[1][:2], "little")
+        return int.from_bytes(data[:2], "little")
 
     def read_sdr(self) -> bytes:
         """Every SDR record, header included, one after another (as ``sdr dump``)."""
         started = time.monotonic()
+        limit = discover_limit(self.timings)
         reservation = self._reserve()
         blob = bytearray()
         record = 0
         for _record in range(SDR_RECORDS_MAX):
-            if time.monotonic() - started > max(DISCOVER_S, self.timings.bmc_timeout * 30):
-                raise BmcNoAnswer(f"{self.device}: the SDR read takes over {DISCOVER_S:g} s")
+            if time.monotonic() - started > limit:
+                raise BmcNoAnswer(f"{self.device}: the SDR read takes over {limit:g} s")
             for _attempt in range(3):
                 try:
                     nxt, rec = self._read_record(reservation, record)
@@ -255,19 +252,11 @@ class KernelTransport:
         return parse_sdr_dump(self.read_sdr())
 
     def read(self, sensors: Sequence[SensorInfo]) -> dict[str, Reading]:
-        answers = self._call([RawRequest(SENSOR_NETFN, GET_SENSOR_READING, bytes([s.number]))
-                              for s in sensors], call_limit(self.timings, len(sensors)))
-        out: dict[str, Reading] = {}
-        for info, ans in zip(sensors, answers, strict=True):
-            if ans is not None and ans[0] == 0:
-                out[info.name] = decode_sensor_reading(info, ans[1])
-        if not out:
-            raise BmcBadResponse(f"{self.device}: no sensor reading in the answers")
-        return out
+        return read_by_number(sensors, self.raw, self.device)
 
     def raw(self, requests: Sequence[RawRequest]) -> list[tuple[int, bytes] | None]:
         return self._call(requests, call_limit(self.timings, len(requests)))
 
     def raw_one(self, request: RawRequest) -> tuple[int, bytes] | None:
         """The fail-safe's other way: one request on a device opened for it alone."""
-        return self._call([request], call_limit(self.timings, 1), fresh=True)[0]
+        return self._one(request, fresh=True)
