@@ -49,6 +49,13 @@ class Lab:
     disk_size_mib: int = 512
     head_mem_mib: int = 2048
     head_cpus: int = 2
+    # the emulated CPU of every VM (qemu -cpu).  qemu64, not max: with max the guests'
+    # glibc picks its AVX2 string functions, which TCG emulates slowly; measured here
+    # (bench/lab_cpu_model.py, deploys side by side) the head's Ansible tasks took 1.17x
+    # and a node's boot 1.24x as long under max.  qemu64 says AuthenticAMD, so the node
+    # kernels need no Meltdown page-table isolation (an Intel model such as Nehalem
+    # turns it on: a node took 404 s to its sshd, the other stalled in its kernel).
+    cpu_model: str = "qemu64"
     node_mem_mib: int = 1536
     head_timeout: float = 300.0
     inventory: Path = REPO / "inventories" / "lab"
@@ -231,6 +238,10 @@ def load(inventory: Path | None = None) -> Lab:
     lab.proxy_port = _int_env("JUNKYARD_LAB_PROXY_PORT", 3142)
     lab.bmc_password = os.environ.get("JUNKYARD_LAB_BMC_PASSWORD") or "labpass"
     lab.head_timeout = float(os.environ.get("JUNKYARD_LAB_HEAD_TIMEOUT") or 300)
+    lab.cpu_model = os.environ.get("JUNKYARD_LAB_CPU") or lab.cpu_model
+    if not all(c.isalnum() or c in "-_.,+=" for c in lab.cpu_model):
+        raise LabError(f"JUNKYARD_LAB_CPU={lab.cpu_model!r}: a qemu -cpu model "
+                       "(letters, digits and - _ . , + = only)")
     if os.environ.get("JUNKYARD_LAB_STATE"):
         lab.state_dir = Path(os.environ["JUNKYARD_LAB_STATE"]).resolve()
     return lab

@@ -50,7 +50,7 @@ def _common(lab: Lab, name: str, mem: int, cpus: int | tuple[int, int, int]) -> 
     else:
         smp = str(cpus)
     return [
-        QEMU, "-name", name, "-accel", "tcg", "-cpu", "max", "-smp", smp,
+        QEMU, "-name", name, "-accel", "tcg", "-cpu", lab.cpu_model, "-smp", smp,
         "-m", str(mem), "-machine", "pc,graphics=off", "-nodefaults", "-no-user-config",
         "-display", "none", "-chardev", f"file,id=con,path={log},append=on",
         "-serial", "chardev:con", "-device", "virtio-rng-pci",

@@ -92,6 +92,25 @@ def test_node_vms_have_their_profiles_gpus_and_cpus(tmp_path):
         config.load(inv)
 
 
+def test_every_vm_runs_the_labs_cpu_model_and_the_environment_can_change_it(monkeypatch):
+    """qemu64 for the head and every node (not max: see Lab.cpu_model); JUNKYARD_LAB_CPU
+    changes it for all of them (bench/lab_cpu_model.py compares models), and a value that
+    is no model name is refused before qemu sees it."""
+    monkeypatch.delenv("JUNKYARD_LAB_CPU", raising=False)
+
+    def models(lab):
+        argvs = [vm.node_spec(lab, node)["argv"] for node in lab.nodes]
+        argvs.append(vm.head_spec(lab, Path("k"), Path("i"), Path("o"), [])["argv"])
+        return {argv[argv.index("-cpu") + 1] for argv in argvs}
+
+    assert models(config.load(REPO / "inventories" / "lab")) == {"qemu64"}
+    monkeypatch.setenv("JUNKYARD_LAB_CPU", "max")
+    assert models(config.load(REPO / "inventories" / "lab")) == {"max"}
+    monkeypatch.setenv("JUNKYARD_LAB_CPU", "max -monitor stdio")
+    with pytest.raises(config.LabError, match="JUNKYARD_LAB_CPU='max -monitor stdio'"):
+        config.load(REPO / "inventories" / "lab")
+
+
 @pytest.mark.parametrize("value", ["abc", "0", "70000"])
 def test_bad_port_in_environment(monkeypatch, value):
     monkeypatch.setenv("JUNKYARD_LAB_SSH_PORT", value)
