@@ -49,13 +49,11 @@ class Lab:
     disk_size_mib: int = 512
     head_mem_mib: int = 2048
     head_cpus: int = 2
-    # the emulated CPU of every VM (qemu -cpu).  qemu64, not max: with max the guests'
-    # glibc picks its AVX2 string functions, which TCG emulates slowly; measured here
-    # (bench/lab_cpu_model.py, deploys side by side) the head's Ansible tasks took 1.17x
-    # and a node's boot 1.24x as long under max.  qemu64 says AuthenticAMD, so the node
-    # kernels need no Meltdown page-table isolation (an Intel model such as Nehalem
-    # turns it on: a node took 404 s to its sshd, the other stalled in its kernel).
-    cpu_model: str = "qemu64"
+    # the emulated CPU of every VM (qemu -cpu); JUNKYARD_LAB_CPU changes it.  max: qemu64
+    # sped up a quiet deploy (its glibc avoids AVX2, slow under TCG) but was slower in a
+    # CI run (no TSC: the guests' clock is the HPET, an emulated device read per clock
+    # call); see docs/lab.md, "KVM and the CPU model".
+    cpu_model: str = "max"
     node_mem_mib: int = 1536
     head_timeout: float = 300.0
     inventory: Path = REPO / "inventories" / "lab"
